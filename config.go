@@ -1,0 +1,203 @@
+package outbox
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Ordering selects how the relay orders publishing.
+type Ordering string
+
+const (
+	// OrderingKey (the default) publishes messages of one key in commit
+	// order, with any number of workers and relay processes, through
+	// partition leases.
+	OrderingKey Ordering = "key"
+	// OrderingNone is the seeds' design: any worker claims any due records
+	// with FOR UPDATE SKIP LOCKED, holding the transaction across the
+	// broker call. No order.
+	OrderingNone Ordering = "none"
+)
+
+// ParseOrdering parses "key" or "none".
+func ParseOrdering(s string) (Ordering, error) {
+	switch Ordering(s) {
+	case OrderingKey, OrderingNone:
+		return Ordering(s), nil
+	}
+	return "", fmt.Errorf("ordering must be %q or %q, got %q", OrderingKey, OrderingNone, s)
+}
+
+// Defaults and limits of [Config].
+const (
+	WorkersDefault = 4
+	WorkersMax     = 256
+
+	BatchSizeDefault = 500
+	BatchSizeMax     = 10000
+
+	// FetchSizeDefault is how many records a worker reads per partition per
+	// fetch, kept in memory until published.
+	FetchSizeDefault = 1000
+	FetchSizeMax     = 100000
+
+	PublishTimeoutDefault = 10 * time.Second
+	PublishTimeoutMin     = 10 * time.Millisecond
+
+	LeaseTTLDefault = 30 * time.Second
+	LeaseTTLMin     = 100 * time.Millisecond
+
+	PollIntervalDefault = 500 * time.Millisecond
+	PollIntervalMin     = time.Millisecond
+
+	SweepIntervalDefault = time.Second
+
+	MaxAttemptsDefault = 10
+	MaxAttemptsMax     = 1000
+
+	BackoffMinDefault = time.Second
+	BackoffMaxDefault = 5 * time.Minute
+
+	ShutdownTimeoutDefault = 30 * time.Second
+
+	CleanupIntervalDefault = time.Minute
+	CleanupBatchDefault    = 10000
+)
+
+// Config configures a [Relay]. The zero value of every field means its
+// default; see the *Default constants.
+type Config struct {
+	// Node identifies this relay process in leases and status. Default:
+	// hostname-pid-random.
+	Node string
+	// Ordering is OrderingKey (default) or OrderingNone.
+	Ordering Ordering
+	// Workers is how many batches are built and published concurrently.
+	Workers int
+	// BatchSize bounds the messages in one Publish call.
+	BatchSize int
+	// FetchSize bounds the records read per partition per fetch, and so the
+	// records a worker holds in memory per partition.
+	FetchSize int
+	// PublishTimeout bounds one Publish call.
+	PublishTimeout time.Duration
+	// LeaseTTL is how long a partition lease lasts without renewal. It must
+	// exceed 2 × PublishTimeout: a relay starts a publish only while its
+	// lease will outlive the publish, so it stops publishing before the
+	// lease can expire.
+	LeaseTTL time.Duration
+	// HeartbeatInterval is how often leases are renewed and rebalanced.
+	// Default LeaseTTL/3; must be below LeaseTTL - PublishTimeout.
+	HeartbeatInterval time.Duration
+	// PollInterval is how often an idle worker looks for new records when no
+	// notification arrives.
+	PollInterval time.Duration
+	// SweepInterval is how often a worker looks below its cursors for
+	// records whose transaction committed late.
+	SweepInterval time.Duration
+	// MaxAttempts is how many failed publishes send a message to the dead
+	// letters. Permanent errors dead-letter at once.
+	MaxAttempts int
+	// BackoffMin and BackoffMax bound the exponential backoff between
+	// attempts; each delay is drawn with jitter between half and all of
+	// min(BackoffMax, BackoffMin × 2^(attempts-1)).
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	// ShutdownTimeout bounds Stop: publishing in hand finishes and settles,
+	// or is abandoned (the messages stay in the outbox) after this long.
+	ShutdownTimeout time.Duration
+	// CleanupInterval is how often a store that keeps published messages is
+	// asked to delete expired ones.
+	CleanupInterval time.Duration
+	// Logger receives the relay's logs. Default: discard.
+	Logger *slog.Logger
+	// Hook receives events for metrics and tracing. It must not block.
+	Hook Hook
+	// Now is the clock; default time.Now. Tests inject their own.
+	Now func() time.Time
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Node == "" {
+		host, _ := os.Hostname()
+		c.Node = cmp.Or(host, "relay") + "-" + strconv.Itoa(os.Getpid()) + "-" + NewID()[24:32]
+	}
+	c.Ordering = cmp.Or(c.Ordering, OrderingKey)
+	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.FetchSize = cmp.Or(c.FetchSize, max(FetchSizeDefault, c.BatchSize))
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, max(LeaseTTLDefault, 3*c.PublishTimeout))
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, max(BackoffMaxDefault, c.BackoffMin))
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults), naming
+// the field and the accepted range.
+func (c Config) Validate() error {
+	if _, err := ParseOrdering(string(c.Ordering)); err != nil {
+		return fmt.Errorf("outbox: Config.Ordering: %w", err)
+	}
+	if err := between("Workers", c.Workers, 1, WorkersMax); err != nil {
+		return err
+	}
+	if err := between("BatchSize", c.BatchSize, 1, BatchSizeMax); err != nil {
+		return err
+	}
+	if err := between("FetchSize", c.FetchSize, c.BatchSize, FetchSizeMax); err != nil {
+		return err
+	}
+	if err := between("MaxAttempts", c.MaxAttempts, 1, MaxAttemptsMax); err != nil {
+		return err
+	}
+	if c.PublishTimeout < PublishTimeoutMin {
+		return fmt.Errorf("outbox: Config.PublishTimeout must be at least %v, got %v", PublishTimeoutMin, c.PublishTimeout)
+	}
+	if c.LeaseTTL < LeaseTTLMin || c.LeaseTTL <= 2*c.PublishTimeout {
+		return fmt.Errorf("outbox: Config.LeaseTTL must exceed 2 × PublishTimeout (%v) and be at least %v, got %v", c.PublishTimeout, LeaseTTLMin, c.LeaseTTL)
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseTTL-c.PublishTimeout {
+		return fmt.Errorf("outbox: Config.HeartbeatInterval must be positive and below LeaseTTL - PublishTimeout (%v), got %v", c.LeaseTTL-c.PublishTimeout, c.HeartbeatInterval)
+	}
+	if c.PollInterval < PollIntervalMin {
+		return fmt.Errorf("outbox: Config.PollInterval must be at least %v, got %v", PollIntervalMin, c.PollInterval)
+	}
+	if c.SweepInterval <= 0 {
+		return fmt.Errorf("outbox: Config.SweepInterval must be positive, got %v", c.SweepInterval)
+	}
+	if c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin {
+		return fmt.Errorf("outbox: Config.BackoffMin must be positive and at most BackoffMax, got %v and %v", c.BackoffMin, c.BackoffMax)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("outbox: Config.ShutdownTimeout must be positive, got %v", c.ShutdownTimeout)
+	}
+	if c.CleanupInterval <= 0 {
+		return fmt.Errorf("outbox: Config.CleanupInterval must be positive, got %v", c.CleanupInterval)
+	}
+	return nil
+}
+
+func between(field string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("outbox: Config.%s must be between %d and %d, got %d", field, lo, hi, v)
+	}
+	return nil
+}

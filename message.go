@@ -1,0 +1,227 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits on a message, checked by [Message.Validate] at write time.
+const (
+	// MaxTopicLen is the longest topic accepted, in bytes.
+	MaxTopicLen = 255
+	// MaxKeyLen is the longest key accepted, in bytes.
+	MaxKeyLen = 1024
+	// MaxPayloadDefault is the default payload limit: 1 MiB, the default
+	// maximum message size of NATS and well under RabbitMQ's and Kafka's.
+	MaxPayloadDefault = 1 << 20
+	// MaxHeaders is the most headers a message may carry.
+	MaxHeaders = 64
+	// MaxHeaderNameLen and MaxHeaderValueLen bound each header.
+	MaxHeaderNameLen  = 128
+	MaxHeaderValueLen = 4096
+)
+
+// Message is one message to publish. Applications build it and hand it to a
+// store's Write function inside their own transaction.
+//
+// ID and CreatedAt are filled in by Write when empty. A Message is not
+// retained by Write after it returns.
+type Message struct {
+	// ID is a UUIDv7 string; every published copy carries it (NATS
+	// Nats-Msg-Id, AMQP message-id, a Kafka header) so that brokers and
+	// consumers can drop duplicates. Empty: Write assigns [NewID].
+	ID string
+	// Topic names the destination: a NATS subject, an AMQP routing key, a
+	// Kafka topic. Tokens of [A-Za-z0-9_-] separated by single dots.
+	Topic string
+	// Key orders messages: messages with the same non-empty key are first
+	// published in commit order. Empty: no order.
+	Key string
+	// Payload is the message body, at most the store's payload limit
+	// (default [MaxPayloadDefault]).
+	Payload []byte
+	// Headers travel with the message. Names must not start with
+	// "Outbox-" or "Nats-" (reserved).
+	Headers map[string]string
+	// CreatedAt is when the message was written. Zero: Write sets it.
+	CreatedAt time.Time
+}
+
+// ValidationError reports an invalid message field.
+type ValidationError struct {
+	Field  string // "Topic", "Key", "Payload", "Headers", "ID"
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return "outbox: invalid message " + e.Field + ": " + e.Reason
+}
+
+// Validate checks the message against the limits, with maxPayload bytes as
+// the payload limit (0 means [MaxPayloadDefault]). Errors are
+// *[ValidationError] naming the field and what to change.
+func (m *Message) Validate(maxPayload int) error {
+	if maxPayload <= 0 {
+		maxPayload = MaxPayloadDefault
+	}
+	if m.ID != "" {
+		if err := ValidateID(m.ID); err != nil {
+			return &ValidationError{"ID", err.Error()}
+		}
+	}
+	if err := ValidateTopic(m.Topic); err != nil {
+		return &ValidationError{"Topic", err.Error()}
+	}
+	if len(m.Key) > MaxKeyLen {
+		return &ValidationError{"Key", fmt.Sprintf("is %d bytes; the limit is %d", len(m.Key), MaxKeyLen)}
+	}
+	if !utf8.ValidString(m.Key) {
+		return &ValidationError{"Key", "is not valid UTF-8"}
+	}
+	if len(m.Payload) > maxPayload {
+		return &ValidationError{"Payload", fmt.Sprintf("is %d bytes; the limit is %d: shrink the payload or raise the store's MaxPayload", len(m.Payload), maxPayload)}
+	}
+	if len(m.Headers) > MaxHeaders {
+		return &ValidationError{"Headers", fmt.Sprintf("has %d entries; the limit is %d", len(m.Headers), MaxHeaders)}
+	}
+	for k, v := range m.Headers {
+		if k == "" || len(k) > MaxHeaderNameLen {
+			return &ValidationError{"Headers", fmt.Sprintf("name %q must be 1 to %d bytes", k, MaxHeaderNameLen)}
+		}
+		for i := 0; i < len(k); i++ {
+			c := k[i]
+			if c <= ' ' || c >= 0x7f || c == ':' {
+				return &ValidationError{"Headers", fmt.Sprintf("name %q may hold only printable ASCII without spaces or ':'", k)}
+			}
+		}
+		lk := strings.ToLower(k)
+		if strings.HasPrefix(lk, "outbox-") || strings.HasPrefix(lk, "nats-") {
+			return &ValidationError{"Headers", fmt.Sprintf("name %q uses a reserved prefix (Outbox-, Nats-)", k)}
+		}
+		if len(v) > MaxHeaderValueLen {
+			return &ValidationError{"Headers", fmt.Sprintf("value of %q is %d bytes; the limit is %d", k, len(v), MaxHeaderValueLen)}
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			return &ValidationError{"Headers", fmt.Sprintf("value of %q must not contain CR or LF", k)}
+		}
+	}
+	return nil
+}
+
+// ValidateTopic reports whether topic is usable on every broker: 1 to
+// [MaxTopicLen] bytes, tokens of [A-Za-z0-9_-] separated by single dots.
+func ValidateTopic(topic string) error {
+	if topic == "" {
+		return fmt.Errorf("is empty; set a topic such as %q", "orders.created")
+	}
+	if len(topic) > MaxTopicLen {
+		return fmt.Errorf("is %d bytes; the limit is %d", len(topic), MaxTopicLen)
+	}
+	prevDot := true
+	for i := 0; i < len(topic); i++ {
+		c := topic[i]
+		switch {
+		case c == '.':
+			if prevDot {
+				return fmt.Errorf("%q has an empty token: dots must separate non-empty tokens", topic)
+			}
+			prevDot = true
+			continue
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return fmt.Errorf("%q has %q at byte %d: use only letters, digits, '_', '-' and '.'", topic, c, i)
+		}
+		prevDot = false
+	}
+	if prevDot {
+		return fmt.Errorf("%q ends with a dot", topic)
+	}
+	return nil
+}
+
+// ValidateID reports whether id is a canonical lower-case UUID string.
+func ValidateID(id string) error {
+	if len(id) != 36 {
+		return fmt.Errorf("%q is not a UUID (want 36 characters like 0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d)", id)
+	}
+	for i := 0; i < 36; i++ {
+		c := id[i]
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return fmt.Errorf("%q is not a UUID: want '-' at position %d", id, i)
+			}
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return fmt.Errorf("%q is not a lower-case UUID: bad character at position %d", id, i)
+		}
+	}
+	return nil
+}
+
+var idGen struct {
+	sync.Mutex
+	lastMs  int64
+	counter uint16 // 12-bit rand_a counter for monotonicity within a millisecond
+}
+
+// NewID returns a new UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then a
+// 12-bit counter that keeps IDs from one process increasing within a
+// millisecond, then 62 random bits. Safe for concurrent use.
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[6:]); err != nil {
+		panic("outbox: crypto/rand failed: " + err.Error())
+	}
+	ms := time.Now().UnixMilli()
+	idGen.Lock()
+	if ms <= idGen.lastMs {
+		ms = idGen.lastMs
+		idGen.counter++
+		if idGen.counter > 0x0fff {
+			ms++
+			idGen.counter = 0
+		}
+	} else {
+		idGen.counter = uint16(b[6]&0x07)<<8 | uint16(b[7]) // random start, room to count
+	}
+	idGen.lastMs = ms
+	ctr := idGen.counter
+	idGen.Unlock()
+
+	var t [8]byte
+	binary.BigEndian.PutUint64(t[:], uint64(ms))
+	copy(b[0:6], t[2:8])
+	b[6] = 0x70 | byte(ctr>>8)&0x0f
+	b[7] = byte(ctr)
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], b[10:16])
+	return string(s[:])
+}
+
+// Prepare fills in an empty ID and CreatedAt (with now) and validates the
+// message. Store Write functions call it for every message.
+func (m *Message) Prepare(now time.Time, maxPayload int) error {
+	if m.ID == "" {
+		m.ID = NewID()
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = now
+	}
+	return m.Validate(maxPayload)
+}

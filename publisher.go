@@ -1,0 +1,44 @@
+package outbox
+
+import "context"
+
+// Publisher sends messages to a broker.
+//
+// Publish sends every message of msgs and returns only after the broker has
+// acknowledged or refused each one, or ctx ends. It returns a slice with
+// one error per message: nil means the broker acknowledged (persisted) that
+// message. A publisher never retries by itself; it classifies errors,
+// wrapping those that retrying cannot fix with [Permanent]. It carries
+// Message.ID to the broker (NATS Nats-Msg-Id, AMQP message-id, a Kafka
+// header) and the key (Kafka record key, a header elsewhere).
+//
+// The relay never passes two messages with the same non-empty Key in one
+// call, nor a message whose key has an earlier message not yet
+// acknowledged, so a publisher may send a batch fully pipelined.
+//
+// Publish may be called concurrently; messages are not retained after it
+// returns.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []*Message) []error
+	Close() error
+}
+
+// Header names the publishers use to carry outbox fields.
+const (
+	// HeaderID carries Message.ID where the broker has no native field
+	// (Kafka); NATS uses Nats-Msg-Id and AMQP message-id as well.
+	HeaderID = "Outbox-Id"
+	// HeaderKey carries Message.Key where the broker has no record key.
+	HeaderKey = "Outbox-Key"
+	// HeaderCreatedAt carries Message.CreatedAt as RFC 3339 with nanoseconds.
+	HeaderCreatedAt = "Outbox-Created-At"
+)
+
+// FillErrors returns a slice of n errors all set to err: a whole-batch failure.
+func FillErrors(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}

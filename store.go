@@ -1,0 +1,229 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Record is a message as the relay reads it from a store.
+type Record struct {
+	Message
+	// Partition is PartitionOf(Key, P), computed at write time.
+	Partition int
+	// Seq orders records within a partition: it increases in insert order
+	// (a sequence in PostgreSQL, the rowid in SQLite). For one key, insert
+	// order is commit order whenever the writers of that key are serialised
+	// (for example by a lock on the aggregate's row), which is the usual case.
+	Seq int64
+	// Attempts counts failed publish attempts so far.
+	Attempts int
+	// NextAttemptAt is when the record may be tried again after a failure;
+	// zero when it has never failed.
+	NextAttemptAt time.Time
+	// LastError is the error of the last failed attempt, if any.
+	LastError string
+}
+
+// Lease is a relay's ownership of one partition. Epoch increases every time
+// the partition changes hands and fences off settlements of former owners.
+type Lease struct {
+	Partition int
+	Epoch     int64
+}
+
+// Cursor asks for the records of a leased partition with Seq > After.
+type Cursor struct {
+	Lease
+	After int64
+}
+
+// RecordRef names a stored record without its payload.
+type RecordRef struct {
+	ID        string
+	Partition int
+	Seq       int64
+}
+
+// Failure is a failed publish attempt to record.
+type Failure struct {
+	ID        string
+	Partition int
+	// Attempts is the new attempt count (including this failure).
+	Attempts int
+	// NextAttemptAt is when to try again (ignored for dead letters).
+	NextAttemptAt time.Time
+	// Err is the error text, truncated by the store if very long.
+	Err string
+}
+
+// Settlement is the outcome of publishing records of one partition under
+// one lease. In unordered mode Lease is zero and records may span
+// partitions.
+type Settlement struct {
+	Lease
+	// Delivered holds the IDs the broker acknowledged: the store deletes
+	// them, or marks them published when it keeps them for a while.
+	Delivered []string
+	// Retry holds failures to try again later.
+	Retry []Failure
+	// Dead holds failures moved to the dead letters.
+	Dead []Failure
+}
+
+// Empty reports whether the settlement has nothing to apply.
+func (s *Settlement) Empty() bool {
+	return len(s.Delivered) == 0 && len(s.Retry) == 0 && len(s.Dead) == 0
+}
+
+// Store is the relay side of an outbox: partition leases, fetching and
+// settling. Each store also exports its own Write function taking its own
+// transaction type; Write is not part of this interface.
+//
+// A Store is safe for concurrent use. Its methods do one round of I/O and do
+// not retry; the [Relay] owns retries.
+type Store interface {
+	// Partitions returns P, the partition count fixed at migration.
+	Partitions(ctx context.Context) (int, error)
+
+	// Heartbeat records that the relay node is alive until now+ttl (by the
+	// store's clock) and returns how many nodes are alive, this one
+	// included. Expired nodes are forgotten.
+	Heartbeat(ctx context.Context, node string, ttl time.Duration) (live int, err error)
+
+	// AcquireLeases renews the leases in held that node still owns with the
+	// same epoch, then takes up to want more partitions whose lease is free
+	// or expired, incrementing their epoch. Every returned lease expires at
+	// now+ttl by the store's clock. A lease of held missing from the result
+	// was lost to another node.
+	AcquireLeases(ctx context.Context, node string, held []Lease, want int, ttl time.Duration) ([]Lease, error)
+
+	// ReleaseLeases hands back leases node holds with those epochs, so that
+	// other nodes can take them at once. Leases no longer held are ignored.
+	ReleaseLeases(ctx context.Context, node string, leases []Lease) error
+
+	// Leave removes node's heartbeat and releases every lease it holds.
+	Leave(ctx context.Context, node string) error
+
+	// Fetch returns, for each cursor, up to limit unpublished records of
+	// that partition with Seq > After, in Seq order, including records
+	// waiting for a retry (the relay honours NextAttemptAt). Reads are not
+	// fenced.
+	Fetch(ctx context.Context, cursors []Cursor, limit int) ([]Record, error)
+
+	// Unsettled returns the references of the unpublished records of each
+	// cursor's partition with Seq <= After. The relay uses it to find
+	// records whose transaction committed after records with a higher Seq
+	// had been fetched, so that none is left behind.
+	Unsettled(ctx context.Context, cursors []Cursor) ([]RecordRef, error)
+
+	// Settle applies settlements atomically per settlement. It is fenced:
+	// a settlement whose lease node no longer holds with that epoch is not
+	// applied; Settle applies the others and returns a *[FencedError]
+	// listing the refused leases.
+	Settle(ctx context.Context, node string, settlements []Settlement) error
+}
+
+// UnorderedStore is implemented by stores that support Ordering "none", the
+// seeds' design: any worker claims any due records with row locks held
+// until the claim is settled (FOR UPDATE SKIP LOCKED in PostgreSQL).
+type UnorderedStore interface {
+	// ClaimUnordered locks up to limit due, unpublished records that no other
+	// claim holds and returns them in Seq order within each partition. The
+	// claim holds a transaction open until Settle or Release.
+	ClaimUnordered(ctx context.Context, limit int) (Claim, error)
+}
+
+// Claim is a batch locked by [UnorderedStore.ClaimUnordered].
+type Claim interface {
+	Records() []Record
+	// Settle applies the settlement (Lease is ignored) and commits.
+	Settle(ctx context.Context, s Settlement) error
+	// Release rolls back, leaving the records untouched. Safe after Settle.
+	Release(ctx context.Context) error
+}
+
+// Notifier is implemented by stores that can signal new writes (LISTEN/NOTIFY
+// in PostgreSQL). The relay polls as well, so a notification is only a
+// latency hint.
+type Notifier interface {
+	// Subscribe returns a channel that receives a value, coalesced, when
+	// messages may have been written. It is closed when ctx ends or the
+	// subscription fails (the relay then falls back to polling and
+	// subscribes again later).
+	Subscribe(ctx context.Context) (<-chan struct{}, error)
+}
+
+// Cleaner is implemented by stores that keep published records for a while
+// (retention). The relay calls Cleanup periodically.
+type Cleaner interface {
+	// Cleanup deletes up to limit published records whose retention ended
+	// and returns how many it deleted.
+	Cleanup(ctx context.Context, limit int) (int64, error)
+}
+
+// TopicCount is a backlog count for one topic.
+type TopicCount struct {
+	Topic string `json:"topic"`
+	Count int64  `json:"count"`
+}
+
+// PartitionStatus describes one partition's backlog and lease.
+type PartitionStatus struct {
+	Partition      int       `json:"partition"`
+	Outstanding    int64     `json:"outstanding"`
+	Owner          string    `json:"owner,omitempty"`
+	Epoch          int64     `json:"epoch"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+}
+
+// RelayStatus describes one live relay node.
+type RelayStatus struct {
+	Node       string    `json:"node"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Partitions int       `json:"partitions"`
+}
+
+// Status is a snapshot of an outbox for `outbox status`.
+type Status struct {
+	Outstanding     int64             `json:"outstanding"`
+	OldestCreatedAt time.Time         `json:"oldest_created_at,omitzero"`
+	Topics          []TopicCount      `json:"topics"`
+	Partitions      []PartitionStatus `json:"partitions"`
+	DeadLetters     int64             `json:"dead_letters"`
+	Relays          []RelayStatus     `json:"relays"`
+}
+
+// StatusReader is implemented by stores that can describe their backlog.
+type StatusReader interface {
+	Status(ctx context.Context) (*Status, error)
+}
+
+// DeadLetter is a message that failed for good.
+type DeadLetter struct {
+	Message
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error"`
+	FailedAt  time.Time `json:"failed_at"`
+}
+
+// DeadLetterFilter selects dead letters. Zero fields match everything.
+type DeadLetterFilter struct {
+	Topic string
+	IDs   []string
+	// FailedBefore selects dead letters that failed before this time.
+	FailedBefore time.Time
+	// Limit bounds how many are listed (0: a default of 100); ignored by
+	// Requeue and Purge, which act on every match.
+	Limit int
+}
+
+// DeadLetterStore is implemented by stores with a dead-letter table.
+type DeadLetterStore interface {
+	DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error)
+	// Requeue moves matching dead letters back into the outbox with their
+	// attempts reset, after every message of their key already there, and
+	// returns how many it moved.
+	Requeue(ctx context.Context, f DeadLetterFilter) (int64, error)
+	// PurgeDeadLetters deletes matching dead letters for good.
+	PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
+}
