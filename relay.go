@@ -1,0 +1,569 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats are a relay's running totals.
+type Stats struct {
+	Published    int64 // messages acknowledged by the broker
+	Failed       int64 // failed attempts that will be retried
+	DeadLettered int64 // messages moved to the dead letters
+	Fenced       int64 // partitions lost to another relay while settling
+	Leases       int   // partition leases held now
+}
+
+// Relay drains an outbox [Store] to a [Publisher]: at least once, in commit
+// order per key (with [OrderingKey]), with Workers batches in flight, and
+// with retries, backoff and dead letters for messages that keep failing.
+//
+// Create it with [NewRelay], then Start and Stop it, or Run it. Its methods
+// are safe for concurrent use.
+type Relay struct {
+	store Store
+	pub   Publisher
+	cfg   Config
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	state   int                // 0 new, 1 started, 2 stopped
+	cancel  context.CancelFunc // stops taking new work
+	kill    context.CancelFunc // abandons work in hand
+	done    chan struct{}
+	runErr  error
+	workers []*worker
+
+	// Leases held, shared between the coordinator and the workers.
+	leaseMu  sync.RWMutex
+	leases   map[int]*heldLease
+	leaseVer atomic.Uint64
+
+	partitions int
+
+	lastBeat  atomic.Int64 // unix nanos of the last successful store round
+	published atomic.Int64
+	failed    atomic.Int64
+	dead      atomic.Int64
+	fenced    atomic.Int64
+	nLeases   atomic.Int64
+}
+
+type heldLease struct {
+	Lease
+	validUntil time.Time // local monotonic time after which no publish may start
+}
+
+// NewRelay returns a relay for store and pub. cfg is completed with
+// [Config.WithDefaults] and validated; the error names the field to change.
+// With OrderingNone the store must implement [UnorderedStore].
+func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
+	if store == nil {
+		return nil, errors.New("outbox: NewRelay needs a store")
+	}
+	if pub == nil {
+		return nil, errors.New("outbox: NewRelay needs a publisher")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Ordering == OrderingNone {
+		if _, ok := store.(UnorderedStore); !ok {
+			return nil, fmt.Errorf("outbox: Config.Ordering %q needs a store with row locks (UnorderedStore): %w", cfg.Ordering, ErrUnsupported)
+		}
+	}
+	return &Relay{
+		store:  store,
+		pub:    pub,
+		cfg:    cfg,
+		log:    cfg.Logger.With("node", cfg.Node),
+		leases: map[int]*heldLease{},
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// Config returns the relay's configuration with defaults filled in.
+func (r *Relay) Config() Config { return r.cfg }
+
+// Start starts the relay's goroutines and returns. The relay runs until Stop
+// is called or ctx ends (which abandons work in hand like a timed-out Stop;
+// prefer Stop for a graceful end).
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != 0 {
+		return errors.New("outbox: relay already started")
+	}
+	p, err := r.store.Partitions(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: relay start: %w", err)
+	}
+	if p < 1 {
+		return fmt.Errorf("outbox: store reports %d partitions", p)
+	}
+	r.partitions = p
+	r.state = 1
+	killCtx, kill := context.WithCancel(context.WithoutCancel(ctx))
+	workCtx, cancel := context.WithCancel(killCtx)
+	r.kill, r.cancel = kill, cancel
+	go func() { // ctx ending abandons everything
+		select {
+		case <-ctx.Done():
+			kill()
+		case <-killCtx.Done():
+		}
+	}()
+	go r.run(workCtx, killCtx)
+	return nil
+}
+
+// Stop stops taking new work, waits for the batches in hand to be
+// published and settled, releases the relay's leases and returns. After
+// Config.ShutdownTimeout it abandons what is left (those messages stay in
+// the outbox and are published again later). Stop is idempotent.
+func (r *Relay) Stop() error {
+	r.mu.Lock()
+	switch r.state {
+	case 0:
+		r.state = 2
+		r.mu.Unlock()
+		return nil
+	case 2:
+		r.mu.Unlock()
+		<-r.done
+		return r.runErr
+	}
+	r.state = 2
+	cancel, kill := r.cancel, r.kill
+	r.mu.Unlock()
+	cancel()
+	t := time.NewTimer(r.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-r.done:
+	case <-t.C:
+		r.log.Warn("shutdown timeout: abandoning work in hand", "timeout", r.cfg.ShutdownTimeout)
+		kill()
+		<-r.done
+	}
+	kill()
+	return r.runErr
+}
+
+// Run starts the relay and stops it gracefully when ctx ends.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return r.Stop()
+}
+
+// Done is closed when the relay has stopped.
+func (r *Relay) Done() <-chan struct{} { return r.done }
+
+// Ready reports whether the relay is running and its last store round
+// trip (heartbeat or claim) succeeded within two heartbeat intervals.
+func (r *Relay) Ready() bool {
+	r.mu.Lock()
+	running := r.state == 1
+	r.mu.Unlock()
+	last := r.lastBeat.Load()
+	return running && last != 0 && time.Since(time.Unix(0, last)) < 2*r.cfg.HeartbeatInterval+r.cfg.PollInterval
+}
+
+// Stats returns the relay's running totals.
+func (r *Relay) Stats() Stats {
+	return Stats{
+		Published:    r.published.Load(),
+		Failed:       r.failed.Load(),
+		DeadLettered: r.dead.Load(),
+		Fenced:       r.fenced.Load(),
+		Leases:       int(r.nLeases.Load()),
+	}
+}
+
+func (r *Relay) emit(e Event) {
+	if r.cfg.Hook != nil {
+		r.cfg.Hook(e)
+	}
+}
+
+func (r *Relay) beat() { r.lastBeat.Store(time.Now().UnixNano()) }
+
+// run is the relay's main goroutine: it starts the workers, the
+// coordinator (key mode), the notifier and the cleaner, and waits for them.
+func (r *Relay) run(workCtx, killCtx context.Context) {
+	defer close(r.done)
+	var wg sync.WaitGroup
+	wakes := make([]chan struct{}, r.cfg.Workers)
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
+	broadcast := func() {
+		for _, w := range wakes {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if n, ok := r.store.(Notifier); ok {
+		wg.Go(func() { r.listen(workCtx, n, broadcast) })
+	}
+	if c, ok := r.store.(Cleaner); ok {
+		wg.Go(func() { r.clean(workCtx, c) })
+	}
+
+	if r.cfg.Ordering == OrderingNone {
+		var ws sync.WaitGroup
+		for i := 0; i < r.cfg.Workers; i++ {
+			ws.Go(func() { r.runUnordered(workCtx, killCtx, wakes[i]) })
+		}
+		ws.Wait()
+		wg.Wait()
+		return
+	}
+
+	r.workers = make([]*worker, r.cfg.Workers)
+	for i := range r.workers {
+		r.workers[i] = newWorker(r, i, wakes[i])
+	}
+	coordDone := make(chan struct{})
+	coordCtx, stopCoord := context.WithCancel(killCtx)
+	go func() {
+		defer close(coordDone)
+		r.coordinate(coordCtx, workCtx, broadcast)
+	}()
+	var ws sync.WaitGroup
+	for _, w := range r.workers {
+		ws.Go(func() { w.run(workCtx, killCtx) })
+	}
+	ws.Wait()
+	stopCoord()
+	<-coordDone
+	wg.Wait()
+	r.leave(killCtx)
+}
+
+// leave releases every lease and the node's heartbeat on shutdown.
+func (r *Relay) leave(killCtx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(killCtx), r.cfg.PublishTimeout)
+	defer cancel()
+	if err := r.store.Leave(ctx, r.cfg.Node); err != nil {
+		r.log.Warn("leave failed; leases expire by themselves", "err", err)
+	}
+	r.leaseMu.Lock()
+	clear(r.leases)
+	r.leaseMu.Unlock()
+	r.leaseVer.Add(1)
+	r.nLeases.Store(0)
+	r.emit(Event{Kind: EventLeases})
+}
+
+// listen forwards store notifications to the workers, resubscribing after
+// failures.
+func (r *Relay) listen(ctx context.Context, n Notifier, broadcast func()) {
+	for ctx.Err() == nil {
+		ch, err := n.Subscribe(ctx)
+		if err != nil {
+			r.log.Debug("subscribe failed; polling", "err", err)
+		} else {
+			for range ch {
+				broadcast()
+			}
+		}
+		if !sleepCtx(ctx, r.cfg.PollInterval) {
+			return
+		}
+	}
+}
+
+func (r *Relay) clean(ctx context.Context, c Cleaner) {
+	t := time.NewTicker(r.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			n, err := c.Cleanup(ctx, CleanupBatchDefault)
+			if err != nil {
+				r.log.Warn("cleanup failed", "err", err)
+				break
+			}
+			if n < CleanupBatchDefault {
+				break
+			}
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// coordinate heartbeats, renews and balances leases until ctx ends.
+// workCtx ending means shutdown has begun: stop taking new leases.
+func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
+	failures := 0
+	for {
+		wait := r.cfg.HeartbeatInterval
+		if err := r.leaseRound(ctx, workCtx.Err() != nil); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.log.Warn("lease round failed", "err", err, "failures", failures)
+			wait = min(wait, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+		} else {
+			failures = 0
+			broadcast()
+		}
+		if !sleepCtx(ctx, wait) {
+			return
+		}
+	}
+}
+
+// leaseRound is one heartbeat: register, renew, shed or take leases.
+func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
+	ttl := r.cfg.LeaseTTL
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+	defer cancel()
+	start := time.Now()
+	live, err := r.store.Heartbeat(ctx, r.cfg.Node, ttl)
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	live = max(live, 1)
+	share := (r.partitions + live - 1) / live
+	held := r.heldLeases()
+	want := 0
+	if !shuttingDown {
+		want = max(0, share-len(held))
+	}
+	got, err := r.store.AcquireLeases(ctx, r.cfg.Node, held, want, ttl)
+	if err != nil {
+		return fmt.Errorf("acquire leases: %w", err)
+	}
+	// The store set expiry to its now+ttl, no earlier than our start+ttl.
+	// Stop starting publishes early enough that one in flight ends first.
+	validUntil := start.Add(ttl - r.cfg.PublishTimeout)
+	var shed []Lease
+	if len(got) > share && !shuttingDown {
+		// Hand back the newest surplus so another node can take it at once.
+		shed = got[share:]
+		got = got[:share]
+	}
+	r.leaseMu.Lock()
+	next := make(map[int]*heldLease, len(got))
+	changed := len(got) != len(r.leases)
+	for _, l := range got {
+		old, ok := r.leases[l.Partition]
+		if !ok || old.Epoch != l.Epoch {
+			changed = true
+		}
+		next[l.Partition] = &heldLease{Lease: l, validUntil: validUntil}
+	}
+	r.leases = next
+	r.leaseMu.Unlock()
+	if changed {
+		r.leaseVer.Add(1)
+		r.log.Info("leases", "held", len(got), "live_relays", live, "share", share)
+	}
+	r.nLeases.Store(int64(len(got)))
+	r.emit(Event{Kind: EventLeases, Count: len(got)})
+	r.beat()
+	if len(shed) > 0 {
+		if err := r.store.ReleaseLeases(ctx, r.cfg.Node, shed); err != nil {
+			return fmt.Errorf("release leases: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *Relay) heldLeases() []Lease {
+	r.leaseMu.RLock()
+	defer r.leaseMu.RUnlock()
+	out := make([]Lease, 0, len(r.leases))
+	for _, l := range r.leases {
+		out = append(out, l.Lease)
+	}
+	return out
+}
+
+// dropLease forgets a lease a settle found fenced.
+func (r *Relay) dropLease(l Lease) {
+	r.leaseMu.Lock()
+	if h, ok := r.leases[l.Partition]; ok && h.Epoch == l.Epoch {
+		delete(r.leases, l.Partition)
+		r.nLeases.Store(int64(len(r.leases)))
+	}
+	r.leaseMu.Unlock()
+	r.leaseVer.Add(1)
+}
+
+// Outcomes of one publish attempt.
+const (
+	outcomeDelivered = iota
+	outcomeRetry
+	outcomeDead
+)
+
+// outcome turns a publish result into the settlement entry for one record,
+// updating the record for a retry, and returns which outcome it was.
+func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) int {
+	if err == nil {
+		s.Delivered = append(s.Delivered, rec.ID)
+		return outcomeDelivered
+	}
+	rec.Attempts++
+	rec.LastError = err.Error()
+	f := Failure{ID: rec.ID, Partition: rec.Partition, Attempts: rec.Attempts, Err: rec.LastError}
+	if IsPermanent(err) || rec.Attempts >= r.cfg.MaxAttempts {
+		s.Dead = append(s.Dead, f)
+		r.log.Warn("dead-lettering message", "id", rec.ID, "topic", rec.Topic, "attempts", rec.Attempts, "err", err)
+		return outcomeDead
+	}
+	rec.NextAttemptAt = now.Add(Backoff(rec.Attempts, r.cfg.BackoffMin, r.cfg.BackoffMax))
+	f.NextAttemptAt = rec.NextAttemptAt
+	s.Retry = append(s.Retry, f)
+	return outcomeRetry
+}
+
+// report counts one publish and emits its hook events.
+func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.Duration, now time.Time) {
+	type counts struct{ n [3]int }
+	byTopic := map[string]*counts{}
+	var oldest time.Time
+	var firstErr error
+	for i, rec := range recs {
+		c := byTopic[rec.Topic]
+		if c == nil {
+			c = &counts{}
+			byTopic[rec.Topic] = c
+		}
+		c.n[outcomes[i]]++
+		if outcomes[i] == outcomeDelivered {
+			if oldest.IsZero() || rec.CreatedAt.Before(oldest) {
+				oldest = rec.CreatedAt
+			}
+		} else if firstErr == nil {
+			firstErr = errs[i]
+		}
+	}
+	for topic, c := range byTopic {
+		if n := c.n[outcomeDelivered]; n > 0 {
+			r.published.Add(int64(n))
+			r.emit(Event{Kind: EventPublished, Topic: topic, Count: n, Duration: took})
+		}
+		if n := c.n[outcomeRetry]; n > 0 {
+			r.failed.Add(int64(n))
+			r.emit(Event{Kind: EventFailed, Topic: topic, Count: n, Err: firstErr})
+		}
+		if n := c.n[outcomeDead]; n > 0 {
+			r.dead.Add(int64(n))
+			r.emit(Event{Kind: EventDeadLettered, Topic: topic, Count: n, Err: firstErr})
+		}
+	}
+	if !oldest.IsZero() {
+		r.emit(Event{Kind: EventLag, Duration: now.Sub(oldest)})
+	}
+}
+
+// runUnordered is one worker of OrderingNone: claim with row locks,
+// publish, settle and commit, again and again.
+func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
+	us := r.store.(UnorderedStore)
+	failures := 0
+	for ctx.Err() == nil {
+		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.log.Warn("claim failed", "err", err)
+			sleepCtx(ctx, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+			continue
+		}
+		failures = 0
+		r.beat()
+		recs := claim.Records()
+		if len(recs) == 0 {
+			_ = claim.Release(killCtx)
+			select {
+			case <-ctx.Done():
+			case <-wake:
+			case <-time.After(r.cfg.PollInterval):
+			}
+			continue
+		}
+		msgs := make([]*Message, len(recs))
+		ptrs := make([]*Record, len(recs))
+		for i := range recs {
+			msgs[i] = &recs[i].Message
+			ptrs[i] = &recs[i]
+		}
+		pctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
+		start := time.Now()
+		errs := r.pub.Publish(pctx, msgs)
+		cancel()
+		took := time.Since(start)
+		errs = fixErrs(errs, len(msgs))
+		now := r.cfg.Now()
+		var s Settlement
+		outcomes := make([]int, len(ptrs))
+		for i, rec := range ptrs {
+			outcomes[i] = r.outcome(rec, errs[i], now, &s)
+		}
+		sctx, scancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
+		start = time.Now()
+		err = claim.Settle(sctx, s)
+		scancel()
+		if err != nil {
+			_ = claim.Release(killCtx)
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.log.Warn("settle failed; the batch will be published again", "err", err)
+			continue
+		}
+		r.emit(Event{Kind: EventSettled, Count: len(recs), Duration: time.Since(start)})
+		r.report(ptrs, outcomes, errs, took, now)
+	}
+}
+
+// fixErrs guards against publishers returning the wrong number of results:
+// a missing result is a failure, never a success.
+func fixErrs(errs []error, n int) []error {
+	if len(errs) == n {
+		return errs
+	}
+	out := make([]error, n)
+	for i := range out {
+		if i < len(errs) {
+			out[i] = errs[i]
+		} else {
+			out[i] = fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), n)
+		}
+	}
+	return out
+}

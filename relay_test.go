@@ -1,0 +1,509 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/memstore"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// broker is an in-memory broker: it records every delivery in order.
+type broker struct {
+	mu         sync.Mutex
+	deliveries []outbox.Message
+	// fail decides a message's fate: "" delivers, "before" fails without
+	// delivering, "after" delivers but reports a failure (a lost ack),
+	// "permanent" fails permanently.
+	fail func(m *outbox.Message) string
+	// gate, when set, blocks each Publish until it is closed or ctx ends.
+	gate      chan struct{}
+	ignoreCtx bool // a broker that answers late whatever the caller's deadline
+	entered   chan struct{}
+	calls     atomic.Int64
+	maxKeys   atomic.Int64 // sanity: most same-key messages seen in one call
+}
+
+func (b *broker) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	b.calls.Add(1)
+	seen := map[string]int{}
+	for _, m := range msgs {
+		if m.Key != "" {
+			seen[m.Key]++
+			if int64(seen[m.Key]) > b.maxKeys.Load() {
+				b.maxKeys.Store(int64(seen[m.Key]))
+			}
+		}
+	}
+	if b.entered != nil {
+		select {
+		case b.entered <- struct{}{}:
+		default:
+		}
+	}
+	if b.gate != nil && b.ignoreCtx {
+		<-b.gate
+	} else if b.gate != nil {
+		select {
+		case <-b.gate:
+		case <-ctx.Done():
+			return outbox.FillErrors(len(msgs), ctx.Err())
+		}
+	}
+	errs := make([]error, len(msgs))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, m := range msgs {
+		fate := ""
+		if b.fail != nil {
+			fate = b.fail(m)
+		}
+		switch fate {
+		case "before":
+			errs[i] = errors.New("broker: injected failure")
+		case "after":
+			b.deliveries = append(b.deliveries, *m)
+			errs[i] = errors.New("broker: injected lost ack")
+		case "permanent":
+			errs[i] = outbox.Permanent(errors.New("broker: no route"))
+		default:
+			b.deliveries = append(b.deliveries, *m)
+		}
+	}
+	return errs
+}
+
+func (b *broker) Close() error { return nil }
+
+func (b *broker) delivered() []outbox.Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]outbox.Message(nil), b.deliveries...)
+}
+
+// check verifies nothing lost and per-key order of first delivery, and
+// returns the number of duplicates.
+func check(t *testing.T, written map[string][]string, got []outbox.Message) int {
+	t.Helper()
+	first := map[string]bool{}
+	next := map[string]int{}
+	dups := 0
+	for _, m := range got {
+		if first[m.ID] {
+			dups++
+			continue
+		}
+		first[m.ID] = true
+		ids := written[m.Key]
+		if m.Key == "" {
+			continue
+		}
+		i := next[m.Key]
+		if i >= len(ids) || ids[i] != m.ID {
+			t.Fatalf("order violation on key %q: delivered %s, expected %v", m.Key, m.ID, ids[min(i, len(ids)-1)])
+		}
+		next[m.Key]++
+	}
+	for k, ids := range written {
+		for _, id := range ids {
+			if !first[id] {
+				t.Fatalf("message %s of key %q lost", id, k)
+			}
+		}
+	}
+	return dups
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling a condition, not synchronising
+	}
+}
+
+func fastConfig() outbox.Config {
+	return outbox.Config{
+		Workers:        4,
+		BatchSize:      64,
+		PublishTimeout: time.Second,
+		LeaseTTL:       3 * time.Second,
+		PollInterval:   10 * time.Millisecond,
+		SweepInterval:  20 * time.Millisecond,
+		BackoffMin:     time.Millisecond,
+		BackoffMax:     5 * time.Millisecond,
+	}
+}
+
+// writeKeys writes n messages over keys keys, sequentially per key, in
+// batches of up to 10, and returns the per-key write order.
+func writeKeys(t *testing.T, st *memstore.Store, n, keys int) map[string][]string {
+	t.Helper()
+	written := map[string][]string{}
+	for i := 0; i < n; {
+		var batch []outbox.Message
+		for j := 0; j < 10 && i < n; j++ {
+			k := fmt.Sprintf("k%d", rand.IntN(keys))
+			m := outbox.Message{ID: outbox.NewID(), Topic: "orders.created", Key: k, Payload: []byte(fmt.Sprint(i))}
+			batch = append(batch, m)
+			written[k] = append(written[k], m.ID)
+			i++
+		}
+		if err := st.Write(context.Background(), batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return written
+}
+
+func startRelay(t *testing.T, st outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
+	t.Helper()
+	r, err := outbox.NewRelay(st, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop() })
+	return r
+}
+
+func TestRelayDrainsInKeyOrder(t *testing.T) {
+	st := memstore.New(16, nil)
+	written := writeKeys(t, st, 3000, 40)
+	b := &broker{}
+	r := startRelay(t, st, b, fastConfig())
+	waitFor(t, "drain", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if dups := check(t, written, b.delivered()); dups != 0 {
+		t.Fatalf("%d duplicates without any failure", dups)
+	}
+	if b.maxKeys.Load() > 1 {
+		t.Fatalf("a Publish call carried %d messages of one key", b.maxKeys.Load())
+	}
+	if got := r.Stats().Published; got != 3000 {
+		t.Fatalf("Stats.Published = %d, want 3000", got)
+	}
+}
+
+func TestRelayChaosTwoRelays(t *testing.T) {
+	st := memstore.New(32, nil)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	fail := func(m *outbox.Message) string {
+		mu.Lock()
+		defer mu.Unlock()
+		switch x := rng.Float64(); {
+		case x < 0.05:
+			return "before"
+		case x < 0.08:
+			return "after"
+		}
+		return ""
+	}
+	b := &broker{fail: fail}
+	cfg := fastConfig()
+	cfg.MaxAttempts = 1000
+	cfg.Node = "a"
+	startRelay(t, st, b, cfg)
+	cfg.Node = "b"
+	startRelay(t, st, b, cfg)
+	written := map[string][]string{}
+	var wmu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Go(func() {
+			// Each writer owns its keys, so per-key write order is known.
+			for i := 0; i < 1000; i++ {
+				k := fmt.Sprintf("w%d-k%d", w, i%25)
+				m := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: k}
+				wmu.Lock()
+				written[k] = append(written[k], m.ID)
+				wmu.Unlock()
+				if err := st.Write(context.Background(), m); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "drain", 30*time.Second, func() bool { return st.Outstanding() == 0 })
+	dups := check(t, written, b.delivered())
+	t.Logf("4000 messages, %d duplicates (lost acks)", dups)
+	if len(st.Dead()) != 0 {
+		t.Fatalf("%d dead letters", len(st.Dead()))
+	}
+}
+
+func TestRelayPoisonPillDeadLettersAndUnblocksKey(t *testing.T) {
+	st := memstore.New(4, nil)
+	poison := outbox.NewID()
+	b := &broker{fail: func(m *outbox.Message) string {
+		if m.ID == poison {
+			return "before"
+		}
+		return ""
+	}}
+	msgs := []outbox.Message{
+		{ID: poison, Topic: "t", Key: "bad"},
+		{ID: outbox.NewID(), Topic: "t", Key: "bad"},
+		{ID: outbox.NewID(), Topic: "t", Key: "good"},
+	}
+	if err := st.Write(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig()
+	cfg.MaxAttempts = 4
+	r := startRelay(t, st, b, cfg)
+	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	dead := st.Dead()
+	if len(dead) != 1 || dead[0].ID != poison || dead[0].Attempts != 4 || dead[0].LastError == "" {
+		t.Fatalf("dead letters = %+v, want the poison message after 4 attempts with its error", dead)
+	}
+	got := b.delivered()
+	if len(got) != 2 {
+		t.Fatalf("delivered %d, want 2", len(got))
+	}
+	s := r.Stats()
+	if s.DeadLettered != 1 || s.Failed != 3 || s.Published != 2 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestRelayBackoffBlocksOnlyItsKey(t *testing.T) {
+	st := memstore.New(1, nil) // one partition: both keys share it
+	first := outbox.NewID()
+	var failing atomic.Bool
+	failing.Store(true)
+	b := &broker{fail: func(m *outbox.Message) string {
+		if m.ID == first && failing.Load() {
+			return "before"
+		}
+		return ""
+	}}
+	blocked := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "a"}
+	other := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "b"}
+	if err := st.Write(context.Background(), outbox.Message{ID: first, Topic: "t", Key: "a"}, blocked, other); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig()
+	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
+	startRelay(t, st, b, cfg)
+	waitFor(t, "other key delivered", 10*time.Second, func() bool { _, ok := st.Record(other.ID); return !ok })
+	waitFor(t, "failure recorded", 10*time.Second, func() bool { r, _ := st.Record(first); return r.Attempts == 1 })
+	rec, _ := st.Record(first)
+	if time.Until(rec.NextAttemptAt) < 30*time.Minute {
+		t.Fatalf("next attempt in %v, want about an hour", time.Until(rec.NextAttemptAt))
+	}
+	for _, m := range b.delivered() {
+		if m.ID == blocked.ID {
+			t.Fatal("a later message of the failing key was published before the failing one")
+		}
+	}
+}
+
+func TestRelayPermanentErrorDeadLettersAtOnce(t *testing.T) {
+	st := memstore.New(4, nil)
+	b := &broker{fail: func(m *outbox.Message) string { return "permanent" }}
+	if err := st.Write(context.Background(), outbox.Message{Topic: "nowhere", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	startRelay(t, st, b, fastConfig())
+	waitFor(t, "dead letter", 10*time.Second, func() bool { return len(st.Dead()) == 1 })
+	if d := st.Dead()[0]; d.Attempts != 1 {
+		t.Fatalf("attempts = %d, want 1", d.Attempts)
+	}
+}
+
+func TestRelayFindsLateCommits(t *testing.T) {
+	st := memstore.New(1, nil)
+	b := &broker{}
+	startRelay(t, st, b, fastConfig())
+	// The early transaction takes its sequence number first but commits
+	// after a later one has been fetched and published.
+	commitEarly, err := st.Begin(outbox.Message{Topic: "t", Key: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Write(context.Background(), outbox.Message{Topic: "t", Key: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "later one published", 10*time.Second, func() bool { return len(b.delivered()) == 1 })
+	commitEarly()
+	waitFor(t, "late commit published", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	if n := len(b.delivered()); n != 2 {
+		t.Fatalf("delivered %d, want 2", n)
+	}
+}
+
+// partitioned wraps a store and makes every call of one relay fail while
+// cut is set: a relay that stops heartbeating.
+type partitioned struct {
+	*memstore.Store
+	cut atomic.Bool
+}
+
+var errCut = errors.New("network partition")
+
+func (p *partitioned) Heartbeat(ctx context.Context, node string, ttl time.Duration) (int, error) {
+	if p.cut.Load() {
+		return 0, errCut
+	}
+	return p.Store.Heartbeat(ctx, node, ttl)
+}
+
+func (p *partitioned) AcquireLeases(ctx context.Context, node string, held []outbox.Lease, want int, ttl time.Duration) ([]outbox.Lease, error) {
+	if p.cut.Load() {
+		return nil, errCut
+	}
+	return p.Store.AcquireLeases(ctx, node, held, want, ttl)
+}
+
+func TestLeaseTakeoverFencesLateSettles(t *testing.T) {
+	st := memstore.New(2, nil)
+	cut := &partitioned{Store: st}
+	gate := make(chan struct{})
+	slow := &broker{gate: gate, ignoreCtx: true, entered: make(chan struct{}, 1)}
+	cfg := fastConfig()
+	cfg.LeaseTTL = 400 * time.Millisecond
+	cfg.PublishTimeout = 150 * time.Millisecond
+	cfg.HeartbeatInterval = 50 * time.Millisecond
+	cfg.Workers = 1
+	cfg.Node = "a"
+	cfg.ShutdownTimeout = 5 * time.Second
+	a := startRelay(t, cut, slow, cfg)
+	waitFor(t, "a holds both partitions", 5*time.Second, func() bool { return a.Stats().Leases == 2 })
+
+	msg := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "k"}
+	if err := st.Write(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	<-slow.entered // a is publishing msg and stuck at the broker
+	cut.cut.Store(true)
+	start := time.Now()
+
+	fast := &broker{}
+	cfg.Node = "b"
+	bRelay := startRelay(t, st, fast, cfg)
+	waitFor(t, "b takes over", 5*time.Second, func() bool { return bRelay.Stats().Leases == 2 })
+	if took := time.Since(start); took > 3*cfg.LeaseTTL {
+		t.Fatalf("takeover took %v, lease TTL is %v", took, cfg.LeaseTTL)
+	}
+	waitFor(t, "b publishes msg", 5*time.Second, func() bool { return len(fast.delivered()) == 1 })
+	waitFor(t, "b settles", 5*time.Second, func() bool { return st.Outstanding() == 0 })
+	p := outbox.PartitionOf(msg.Key, 2)
+	if owner, _ := st.Owner(p); owner != "b" {
+		t.Fatalf("owner of partition %d = %q, want b", p, owner)
+	}
+
+	// a's broker answers only now: a settles under its old epoch and must
+	// be fenced off, leaving b's ownership and the store untouched.
+	close(gate)
+	waitFor(t, "a's settle fenced", 5*time.Second, func() bool { return a.Stats().Fenced > 0 })
+	if owner, _ := st.Owner(p); owner != "b" {
+		t.Fatalf("owner of partition %d = %q after a's late settle, want b", p, owner)
+	}
+	if len(st.Dead()) != 0 {
+		t.Fatal("a fenced relay changed the store")
+	}
+}
+
+func TestStopSettlesBatchInHand(t *testing.T) {
+	st := memstore.New(4, nil)
+	gate := make(chan struct{})
+	b := &broker{gate: gate, entered: make(chan struct{}, 1)}
+	cfg := fastConfig()
+	cfg.ShutdownTimeout = 10 * time.Second
+	r := startRelay(t, st, b, cfg)
+	if err := st.Write(context.Background(), outbox.Message{Topic: "t", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	<-b.entered
+	stopped := make(chan error)
+	go func() { stopped <- r.Stop() }()
+	close(gate)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if st.Outstanding() != 0 {
+		t.Fatal("the batch in hand was not settled on Stop")
+	}
+	if owner, _ := st.Owner(outbox.PartitionOf("k", 4)); owner != "" {
+		t.Fatalf("lease still held by %q after Stop", owner)
+	}
+}
+
+func TestStoreFailuresAreRetried(t *testing.T) {
+	st := memstore.New(4, nil)
+	written := writeKeys(t, st, 200, 10)
+	st.FailNext("Fetch", errors.New("connection reset"))
+	st.FailNext("Settle", errors.New("connection reset"))
+	b := &broker{}
+	startRelay(t, st, b, fastConfig())
+	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	check(t, written, b.delivered())
+}
+
+func TestOrderingNone(t *testing.T) {
+	st := memstore.New(4, nil)
+	written := writeKeys(t, st, 1000, 10)
+	b := &broker{fail: func(m *outbox.Message) string {
+		if rand.IntN(20) == 0 {
+			return "before"
+		}
+		return ""
+	}}
+	cfg := fastConfig()
+	cfg.Ordering = outbox.OrderingNone
+	cfg.MaxAttempts = 100
+	startRelay(t, st, b, cfg)
+	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	seen := map[string]bool{}
+	for _, m := range b.delivered() {
+		seen[m.ID] = true
+	}
+	for _, ids := range written {
+		for _, id := range ids {
+			if !seen[id] {
+				t.Fatalf("%s lost", id)
+			}
+		}
+	}
+}
+
+func TestNewRelayRejectsBadConfig(t *testing.T) {
+	st := memstore.New(4, nil)
+	cases := []struct {
+		cfg  outbox.Config
+		want string
+	}{
+		{outbox.Config{Workers: -1}, "Config.Workers must be between 1 and 256, got -1"},
+		{outbox.Config{BatchSize: 20000}, "Config.BatchSize must be between 1 and 10000, got 20000"},
+		{outbox.Config{Ordering: "fifo"}, `ordering must be "key" or "none", got "fifo"`},
+		{outbox.Config{PublishTimeout: 10 * time.Second, LeaseTTL: 15 * time.Second}, "Config.LeaseTTL must exceed 2 × PublishTimeout"},
+		{outbox.Config{MaxAttempts: -3}, "Config.MaxAttempts must be between 1 and 1000, got -3"},
+	}
+	for _, c := range cases {
+		_, err := outbox.NewRelay(st, &broker{}, c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("config %+v: err = %v, want it to contain %q", c.cfg, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,543 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// maxBatchesInFlight is how many Publish calls one worker keeps in flight,
+// so the broker works on one batch while the worker settles and fetches.
+const maxBatchesInFlight = 2
+
+// worker publishes the partitions p with p % Workers == index that the
+// relay holds. All of its state is owned by its goroutine.
+type worker struct {
+	r     *Relay
+	index int
+	wake  <-chan struct{}
+
+	parts    map[int]*partState
+	order    []int // partitions in round-robin order
+	next     int   // round-robin start
+	leaseVer uint64
+
+	inflight int // Publish calls in flight
+	results  chan publishResult
+	settle   map[int]*Settlement // per partition, waiting to be written
+	settleN  int
+
+	lastSweep   time.Time
+	lastFetch   time.Time
+	storeFails  int
+	retryStore  time.Time // no store call before this after a failure
+	fetchNeeded bool
+}
+
+// partState is what a worker knows of one leased partition.
+type partState struct {
+	lease      Lease
+	validUntil time.Time
+	cursor     int64     // highest Seq fetched
+	pending    []*Record // fetched, not in flight, in Seq order
+	busy       map[string]bool
+	inflight   map[string]*Record // by ID
+	settling   map[string]bool    // IDs settled in memory, not yet in the store
+	caughtUp   bool               // the last fetch returned everything there was
+}
+
+type publishResult struct {
+	recs []*Record
+	errs []error
+	took time.Duration
+}
+
+func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
+	return &worker{
+		r:       r,
+		index:   index,
+		wake:    wake,
+		parts:   map[int]*partState{},
+		results: make(chan publishResult, maxBatchesInFlight),
+		settle:  map[int]*Settlement{},
+	}
+}
+
+// run loops until ctx ends, then finishes the publishes in flight and
+// settles them (unless killCtx ends first).
+func (w *worker) run(ctx, killCtx context.Context) {
+	r := w.r
+	for {
+		w.syncLeases()
+		// Take results that are ready without waiting.
+	drain:
+		for {
+			select {
+			case res := <-w.results:
+				w.handle(res)
+			default:
+				break drain
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		now := time.Now()
+		if w.settleN > 0 && !now.Before(w.retryStore) {
+			w.flushSettlements(killCtx)
+		}
+		if now.Before(w.retryStore) {
+			// The store failed recently: wait before touching it again.
+		} else if w.inflight < maxBatchesInFlight {
+			w.refill(ctx)
+			if batch := w.build(time.Now()); len(batch) > 0 {
+				w.launch(killCtx, batch)
+				continue
+			}
+			if w.shouldSweep(time.Now()) {
+				w.sweep(ctx)
+				continue
+			}
+		}
+		// Nothing to do now: wait for a result, a wake-up or a timer.
+		t := time.NewTimer(w.nextWake(time.Now()))
+		select {
+		case res := <-w.results:
+			w.handle(res)
+		case <-w.wake:
+			w.fetchNeeded = true
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	// Shutdown: wait for what is in flight, then settle it.
+	for w.inflight > 0 {
+		select {
+		case res := <-w.results:
+			w.handle(res)
+		case <-killCtx.Done():
+			return
+		}
+	}
+	for w.settleN > 0 && killCtx.Err() == nil {
+		if !w.flushSettlements(killCtx) {
+			sleepCtx(killCtx, r.cfg.PollInterval)
+		}
+	}
+}
+
+// nextWake is how long an idle worker may sleep.
+func (w *worker) nextWake(now time.Time) time.Duration {
+	d := w.r.cfg.PollInterval
+	if !w.retryStore.IsZero() && w.retryStore.After(now) {
+		d = min(d, w.retryStore.Sub(now))
+	}
+	if w.settleN > 0 {
+		d = min(d, w.r.cfg.PollInterval)
+	}
+	if len(w.parts) > 0 {
+		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
+	}
+	for _, ps := range w.parts {
+		for _, rec := range ps.pending {
+			if rec.NextAttemptAt.After(now) && !ps.busy[rec.Key] {
+				d = min(d, rec.NextAttemptAt.Sub(now))
+			}
+		}
+	}
+	return max(d, time.Millisecond)
+}
+
+// syncLeases brings the worker's partitions in line with the relay's leases.
+func (w *worker) syncLeases() {
+	r := w.r
+	ver := r.leaseVer.Load()
+	r.leaseMu.RLock()
+	defer r.leaseMu.RUnlock()
+	// Validity changes on every renewal without a version bump.
+	for p, ps := range w.parts {
+		if h, ok := r.leases[p]; ok && h.Epoch == ps.lease.Epoch {
+			ps.validUntil = h.validUntil
+		}
+	}
+	if ver == w.leaseVer {
+		return
+	}
+	w.leaseVer = ver
+	for p, ps := range w.parts {
+		if h, ok := r.leases[p]; !ok || h.Epoch != ps.lease.Epoch {
+			delete(w.parts, p)
+			delete(w.settle, p) // fenced anyway
+		}
+	}
+	for p, h := range r.leases {
+		if p%r.cfg.Workers != w.index {
+			continue
+		}
+		if _, ok := w.parts[p]; !ok {
+			w.parts[p] = &partState{
+				lease:      h.Lease,
+				validUntil: h.validUntil,
+				busy:       map[string]bool{},
+				inflight:   map[string]*Record{},
+				settling:   map[string]bool{},
+			}
+			w.fetchNeeded = true
+		}
+	}
+	w.reorder()
+	w.recount()
+}
+
+// reorder rebuilds the round-robin order after partitions came or went.
+func (w *worker) reorder() {
+	w.order = w.order[:0]
+	for p := range w.parts {
+		w.order = append(w.order, p)
+	}
+	slices.Sort(w.order)
+}
+
+func (w *worker) recount() {
+	w.settleN = 0
+	for _, s := range w.settle {
+		w.settleN += len(s.Delivered) + len(s.Retry) + len(s.Dead)
+	}
+}
+
+// storeFailed backs off store calls after an error.
+func (w *worker) storeFailed(op string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	w.storeFails++
+	d := Backoff(w.storeFails, w.r.cfg.PollInterval/4+time.Millisecond, w.r.cfg.HeartbeatInterval)
+	w.retryStore = time.Now().Add(d)
+	w.r.emit(Event{Kind: EventStoreError, Err: err})
+	w.r.log.Warn("store call failed", "op", op, "err", err, "retry_in", d)
+}
+
+func (w *worker) storeOK() {
+	w.storeFails = 0
+	w.retryStore = time.Time{}
+}
+
+// refill fetches records for partitions whose pending queue runs low.
+func (w *worker) refill(ctx context.Context) {
+	cfg := w.r.cfg
+	now := time.Now()
+	poll := now.Sub(w.lastFetch) >= cfg.PollInterval
+	var cursors []Cursor
+	for _, p := range w.order {
+		ps := w.parts[p]
+		if len(ps.pending) > cfg.FetchSize/2 {
+			continue
+		}
+		if ps.caughtUp && !w.fetchNeeded && !poll {
+			continue
+		}
+		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor})
+	}
+	if len(cursors) == 0 {
+		return
+	}
+	w.fetchNeeded = false
+	w.lastFetch = now
+	limit := cfg.FetchSize / 2
+	fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
+	recs, err := w.r.store.Fetch(fctx, cursors, limit)
+	cancel()
+	if err != nil {
+		w.storeFailed("fetch", err)
+		return
+	}
+	w.storeOK()
+	w.r.emit(Event{Kind: EventFetched, Count: len(recs), Duration: time.Since(now)})
+	counts := map[int]int{}
+	for i := range recs {
+		rec := &recs[i]
+		ps := w.parts[rec.Partition]
+		if ps == nil || rec.Seq <= ps.cursor {
+			continue
+		}
+		counts[rec.Partition]++
+		ps.cursor = rec.Seq
+		ps.pending = append(ps.pending, rec)
+	}
+	for _, c := range cursors {
+		if ps := w.parts[c.Partition]; ps != nil {
+			ps.caughtUp = counts[c.Partition] < limit
+		}
+	}
+}
+
+// shouldSweep reports whether it is time to look below the cursors for
+// records that committed late: every SweepInterval, and whenever the
+// worker is caught up and idle (cheap then: little sits below the cursors).
+func (w *worker) shouldSweep(now time.Time) bool {
+	if len(w.parts) == 0 {
+		return false
+	}
+	since := now.Sub(w.lastSweep)
+	if since >= w.r.cfg.SweepInterval {
+		return true
+	}
+	if since < 5*time.Millisecond {
+		return false
+	}
+	for _, ps := range w.parts {
+		if !ps.caughtUp || ps.cursor == 0 {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// sweep finds unpublished records below the cursors that the worker has
+// never seen (their transaction committed after later records were
+// fetched) and queues them.
+func (w *worker) sweep(ctx context.Context) {
+	w.lastSweep = time.Now()
+	var cursors []Cursor
+	for _, p := range w.order {
+		ps := w.parts[p]
+		if ps.cursor > 0 {
+			cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor})
+		}
+	}
+	if len(cursors) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
+	defer cancel()
+	refs, err := w.r.store.Unsettled(sctx, cursors)
+	if err != nil {
+		w.storeFailed("unsettled", err)
+		return
+	}
+	var late []Cursor
+	for _, ref := range refs {
+		ps := w.parts[ref.Partition]
+		if ps == nil || ref.Seq > ps.cursor || ps.known(ref.ID) {
+			continue
+		}
+		late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
+	}
+	if len(late) == 0 {
+		return
+	}
+	recs, err := w.r.store.Fetch(sctx, late, 1)
+	if err != nil {
+		w.storeFailed("fetch late", err)
+		return
+	}
+	for i := range recs {
+		rec := &recs[i]
+		ps := w.parts[rec.Partition]
+		if ps == nil || rec.Seq > ps.cursor || ps.known(rec.ID) {
+			continue
+		}
+		w.r.log.Debug("late record", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
+		ps.insertPending(rec)
+	}
+}
+
+func (ps *partState) known(id string) bool {
+	if ps.inflight[id] != nil || ps.settling[id] {
+		return true
+	}
+	for _, rec := range ps.pending {
+		if rec.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// insertPending puts rec back in Seq order.
+func (ps *partState) insertPending(rec *Record) {
+	i, _ := slices.BinarySearchFunc(ps.pending, rec.Seq, func(a *Record, seq int64) int {
+		switch {
+		case a.Seq < seq:
+			return -1
+		case a.Seq > seq:
+			return 1
+		}
+		return 0
+	})
+	ps.pending = slices.Insert(ps.pending, i, rec)
+}
+
+// build picks the next batch: for each key only its earliest pending record,
+// and only when no record of that key is in flight and it is due.
+// Partitions whose lease would not outlive a publish are left alone.
+func (w *worker) build(now time.Time) []*Record {
+	cfg := w.r.cfg
+	var batch []*Record
+	n := len(w.order)
+	mono := time.Now()
+	for k := 0; k < n && len(batch) < cfg.BatchSize; k++ {
+		p := w.order[(w.next+k)%n]
+		ps := w.parts[p]
+		if len(ps.pending) == 0 || !mono.Add(cfg.PublishTimeout).Before(ps.validUntil) {
+			continue
+		}
+		seen := map[string]bool{}
+		kept := ps.pending[:0]
+		for i, rec := range ps.pending {
+			if len(batch) >= cfg.BatchSize {
+				kept = append(kept, ps.pending[i:]...)
+				break
+			}
+			take := true
+			if rec.Key != "" {
+				if ps.busy[rec.Key] || seen[rec.Key] {
+					take = false
+				}
+				seen[rec.Key] = true
+			}
+			if take && rec.NextAttemptAt.After(now) {
+				take = false
+			}
+			if !take {
+				kept = append(kept, rec)
+				continue
+			}
+			if rec.Key != "" {
+				ps.busy[rec.Key] = true
+			}
+			ps.inflight[rec.ID] = rec
+			batch = append(batch, rec)
+		}
+		clear(ps.pending[len(kept):])
+		ps.pending = kept
+	}
+	if n > 0 {
+		w.next = (w.next + 1) % n
+	}
+	return batch
+}
+
+// launch publishes batch in its own goroutine; the result comes back on
+// w.results.
+func (w *worker) launch(killCtx context.Context, batch []*Record) {
+	w.inflight++
+	msgs := make([]*Message, len(batch))
+	for i, rec := range batch {
+		msgs[i] = &rec.Message
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(killCtx, w.r.cfg.PublishTimeout)
+		start := time.Now()
+		errs := fixErrs(w.r.pub.Publish(ctx, msgs), len(msgs))
+		cancel()
+		w.results <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
+	}()
+}
+
+// handle applies a publish result to the worker's state and queues the
+// settlement.
+func (w *worker) handle(res publishResult) {
+	w.inflight--
+	now := w.r.cfg.Now()
+	outcomes := make([]int, len(res.recs))
+	kept := 0
+	for i, rec := range res.recs {
+		ps := w.parts[rec.Partition]
+		if ps == nil || ps.inflight[rec.ID] != rec {
+			// The lease was lost meanwhile; the new owner publishes it.
+			outcomes[i] = -1
+			continue
+		}
+		kept++
+		delete(ps.inflight, rec.ID)
+		if rec.Key != "" {
+			delete(ps.busy, rec.Key)
+		}
+		s := w.settle[rec.Partition]
+		if s == nil {
+			s = &Settlement{Lease: ps.lease}
+			w.settle[rec.Partition] = s
+		}
+		outcomes[i] = w.r.outcome(rec, res.errs[i], now, s)
+		w.settleN++
+		ps.settling[rec.ID] = true
+		if outcomes[i] == outcomeRetry {
+			// Retry later: back in Seq order, holding back its key.
+			ps.insertPending(rec)
+		}
+	}
+	if kept < len(res.recs) {
+		recs, outs, errs := make([]*Record, 0, kept), make([]int, 0, kept), make([]error, 0, kept)
+		for i, o := range outcomes {
+			if o >= 0 {
+				recs, outs, errs = append(recs, res.recs[i]), append(outs, o), append(errs, res.errs[i])
+			}
+		}
+		res.recs, outcomes, res.errs = recs, outs, errs
+	}
+	w.r.report(res.recs, outcomes, res.errs, res.took, now)
+}
+
+// flushSettlements writes the queued settlements; it reports success.
+// Fenced partitions are dropped.
+func (w *worker) flushSettlements(killCtx context.Context) bool {
+	if w.settleN == 0 {
+		return true
+	}
+	batch := make([]Settlement, 0, len(w.settle))
+	for _, s := range w.settle {
+		if !s.Empty() {
+			batch = append(batch, *s)
+		}
+	}
+	ctx, cancel := context.WithTimeout(killCtx, w.r.cfg.PublishTimeout)
+	start := time.Now()
+	err := w.r.store.Settle(ctx, w.r.cfg.Node, batch)
+	cancel()
+	var fe *FencedError
+	if err != nil && !errors.As(err, &fe) {
+		w.storeFailed("settle", err)
+		return false
+	}
+	w.storeOK()
+	fencedSet := map[int]bool{}
+	if fe != nil {
+		for _, l := range fe.Leases {
+			fencedSet[l.Partition] = true
+		}
+	}
+	n := 0
+	for _, s := range batch {
+		ps := w.parts[s.Partition]
+		if ps != nil && ps.lease.Epoch == s.Epoch {
+			for _, id := range s.Delivered {
+				delete(ps.settling, id)
+			}
+			for _, f := range s.Retry {
+				delete(ps.settling, f.ID)
+			}
+			for _, f := range s.Dead {
+				delete(ps.settling, f.ID)
+			}
+		}
+		n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
+		delete(w.settle, s.Partition)
+	}
+	w.recount()
+	w.r.emit(Event{Kind: EventSettled, Count: n, Duration: time.Since(start)})
+	if fe != nil {
+		w.r.fenced.Add(int64(len(fe.Leases)))
+		w.r.emit(Event{Kind: EventFenced, Count: len(fe.Leases)})
+		w.r.log.Warn("partitions lost to another relay", "leases", fe.Leases)
+		for _, l := range fe.Leases {
+			w.r.dropLease(l)
+			delete(w.parts, l.Partition)
+		}
+		w.reorder()
+	}
+	return true
+}
