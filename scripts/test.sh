@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every test of the module, installing first what the tests need when
+# it is missing: PostgreSQL 15 server binaries and RabbitMQ (Debian
+# packages), and dynalite (npm, pinned in package-lock.json).
+# Usage: scripts/test.sh [extra `go test` arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    echo "test.sh: apt-get update" >&2
+    as_root apt-get update -qq
+    apt_updated=1
+  fi
+  echo "test.sh: installing $*" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if [ ! -x /usr/lib/postgresql/15/bin/postgres ]; then
+  apt_install postgresql-15
+fi
+if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+  apt_install rabbitmq-server
+fi
+# The Debian package starts a node when a service manager exists; the tests
+# start their own nodes, so make sure no stray one holds the default ports.
+if command -v epmd >/dev/null 2>&1 && pgrep -x beam.smp >/dev/null 2>&1 && [ -n "${CI:-}" ]; then
+  as_root pkill -x beam.smp || true
+fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+if [ -f package-lock.json ] && [ ! -f node_modules/dynalite/cli.js ]; then
+  echo "test.sh: npm ci (dynalite)" >&2
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+go vet ./...
+exec go test -race -timeout 25m "$@" ./...
