@@ -1,0 +1,157 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Defaults of dead-letter listing.
+const (
+	// DeadLetterLimitDefault is how many dead letters DeadLetters lists when
+	// the filter's Limit is 0.
+	DeadLetterLimitDefault = 100
+	// DeadLetterLimitMax bounds DeadLetterFilter.Limit.
+	DeadLetterLimitMax = 100000
+)
+
+// deadLetterWhere appends the filter's WHERE clause (alias d) to q.
+func deadLetterWhere(q *sqlBuilder, f outbox.DeadLetterFilter) error {
+	q.WriteString(" WHERE true")
+	if f.Topic != "" {
+		q.WriteString(" AND d.topic = " + q.arg(f.Topic))
+	}
+	if len(f.IDs) > 0 {
+		ids := make([][16]byte, len(f.IDs))
+		for i, id := range f.IDs {
+			u, err := parseUUID(id)
+			if err != nil {
+				return fmt.Errorf("DeadLetterFilter.IDs[%d]: %w", i, err)
+			}
+			ids[i] = u
+		}
+		q.WriteString(" AND d.id = ANY(" + q.arg(ids) + "::uuid[])")
+	}
+	if !f.FailedBefore.IsZero() {
+		q.WriteString(" AND d.failed_at < " + q.arg(f.FailedBefore))
+	}
+	return nil
+}
+
+// DeadLetters lists the dead letters matching f, oldest failure first, at
+// most f.Limit (default [DeadLetterLimitDefault]).
+func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]outbox.DeadLetter, error) {
+	if err := s.check("dead letters"); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = DeadLetterLimitDefault
+	}
+	if limit < 0 || limit > DeadLetterLimitMax {
+		return nil, fmt.Errorf("postgres: dead letters: DeadLetterFilter.Limit must be between 1 and %d (0 for %d), got %d", DeadLetterLimitMax, DeadLetterLimitDefault, f.Limit)
+	}
+	var q sqlBuilder
+	q.WriteString(`SELECT d.id, d.topic, d.key, d.payload, d.headers::text, d.created_at, d.attempts, d.last_error, d.failed_at FROM ` + s.n.deadLetters + ` d`)
+	if err := deadLetterWhere(&q, f); err != nil {
+		return nil, fmt.Errorf("postgres: dead letters: %w", err)
+	}
+	q.WriteString(" ORDER BY d.failed_at, d.id LIMIT " + q.arg(limit))
+	rows, err := s.pool.Query(ctx, q.String(), q.args...)
+	if err != nil {
+		return nil, s.wrap("dead letters", err)
+	}
+	dls, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.DeadLetter, error) {
+		var (
+			d       outbox.DeadLetter
+			id      [16]byte
+			headers *string
+		)
+		err := row.Scan(&id, &d.Topic, &d.Key, &d.Payload, &headers, &d.CreatedAt, &d.Attempts, &d.LastError, &d.FailedAt)
+		if err != nil {
+			return d, err
+		}
+		d.ID = formatUUID(id)
+		if headers != nil {
+			if err := json.Unmarshal([]byte(*headers), &d.Headers); err != nil {
+				return d, fmt.Errorf("dead letter %s: headers: %w", d.ID, err)
+			}
+		}
+		if d.Payload == nil {
+			d.Payload = []byte{}
+		}
+		return d, nil
+	})
+	if err != nil {
+		return nil, s.wrap("dead letters", err)
+	}
+	return dls, nil
+}
+
+// Requeue moves the dead letters matching f (Limit ignored) back into the
+// outbox in one statement: each gets a new Seq, after every message already
+// there (so after every message of its key), with attempts reset, in order
+// of creation. A dead letter whose ID is in the outbox again (written anew)
+// stays a dead letter. It returns how many moved.
+func (s *Store) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {
+	if err := s.check("requeue"); err != nil {
+		return 0, err
+	}
+	var q sqlBuilder
+	q.WriteString(`WITH moved AS (
+    DELETE FROM ` + s.n.deadLetters + ` d`)
+	if err := deadLetterWhere(&q, f); err != nil {
+		return 0, fmt.Errorf("postgres: requeue: %w", err)
+	}
+	q.WriteString(`
+      AND NOT EXISTS (SELECT 1 FROM ` + s.n.messages + ` m WHERE m.id = d.id)
+    RETURNING d.id, d.partition, d.topic, d.key, d.payload, d.headers, d.created_at
+)
+INSERT INTO ` + s.n.messages + ` (id, partition, topic, key, payload, headers, created_at)
+SELECT id, partition, topic, key, payload, headers, created_at FROM moved ORDER BY created_at, id`)
+	tag, err := s.pool.Exec(ctx, q.String(), q.args...)
+	if err != nil {
+		return 0, s.wrap("requeue", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PurgeDeadLetters deletes the dead letters matching f (Limit ignored) for
+// good and returns how many it deleted.
+func (s *Store) PurgeDeadLetters(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {
+	if err := s.check("purge dead letters"); err != nil {
+		return 0, err
+	}
+	var q sqlBuilder
+	q.WriteString(`DELETE FROM ` + s.n.deadLetters + ` d`)
+	if err := deadLetterWhere(&q, f); err != nil {
+		return 0, fmt.Errorf("postgres: purge dead letters: %w", err)
+	}
+	tag, err := s.pool.Exec(ctx, q.String(), q.args...)
+	if err != nil {
+		return 0, s.wrap("purge dead letters", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Cleanup deletes up to limit (default outbox.CleanupBatchDefault) records
+// published more than Options.Retention ago and returns how many it deleted.
+// With Retention 0 records are deleted on acknowledgement and there is
+// nothing to clean, but records kept under an earlier Retention are deleted.
+func (s *Store) Cleanup(ctx context.Context, limit int) (int64, error) {
+	if err := s.check("cleanup"); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		limit = outbox.CleanupBatchDefault
+	}
+	tag, err := s.pool.Exec(ctx, s.q.cleanup, interval(s.opts.Retention), limit)
+	if err != nil {
+		return 0, s.wrap("cleanup", err)
+	}
+	return tag.RowsAffected(), nil
+}

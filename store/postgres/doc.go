@@ -1,0 +1,42 @@
+// Package postgres is the PostgreSQL outbox store, built on pgx v5.
+//
+// # Writing
+//
+// Applications write messages inside their own transaction with [Write]
+// (pgx.Tx) or [WriteSQL] (database/sql on the pgx stdlib driver), or a
+// [Writer] built with non-default [Options]. A write is one INSERT … SELECT
+// FROM unnest(…) statement for any number of messages, plus a NOTIFY that
+// PostgreSQL delivers on commit. Messages exist if and only if the
+// transaction commits.
+//
+// # Tables
+//
+// [Store.Migrate] creates, in Options.Schema, the tables <prefix>_messages,
+// <prefix>_dead_letters, <prefix>_leases (one row per partition),
+// <prefix>_relays, <prefix>_meta (the partition count P) and
+// <prefix>_migrations (applied versions), from embedded, versioned SQL files.
+// Schema and prefix are validated and quoted; every value is a bound
+// parameter. Only two narrow partial indexes exist on the messages besides
+// the primary key: (partition, seq) of pending records, and published_at of
+// records kept for retention.
+//
+// # Relaying
+//
+// [Store] implements outbox.Store (partition leases with epochs, fetching per
+// partition in seq order, fenced settling), outbox.UnorderedStore (the
+// seeds' FOR UPDATE SKIP LOCKED claim), outbox.Notifier (LISTEN),
+// outbox.Cleaner (retention), outbox.StatusReader and
+// outbox.DeadLetterStore. All expiry is judged by the database clock. Every
+// method does one round of I/O and never retries: the relay retries.
+//
+// Settling is fenced: a settlement is applied only while its lease row still
+// carries the relay's node and epoch, checked and locked FOR SHARE in the
+// same statement, so a takeover waits for an in-flight settle and a former
+// owner's late settle changes nothing (it gets *outbox.FencedError).
+//
+// # Retention
+//
+// By default acknowledged messages are deleted at once. With
+// Options.Retention > 0 they are marked published and kept that long; the
+// relay calls [Store.Cleanup] periodically to delete them in batches.
+package postgres

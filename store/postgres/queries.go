@@ -1,0 +1,267 @@
+package postgres
+
+// This file holds every SQL statement of the store. Table and index names
+// are quoted, validated identifiers from Options (see names); every value is
+// a bound parameter.
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// writeSQL inserts a batch from arrays in one statement and, with notify,
+// queues a NOTIFY in the same statement (delivered on commit). The partition
+// is computed from the key hash with P read from the meta table, so writers
+// do not need to know P. It returns the number of inserted rows.
+func writeSQL(n names, notify bool) string {
+	q := `WITH ins AS (
+    INSERT INTO ` + n.messages + ` (id, partition, topic, key, payload, headers, created_at)
+    SELECT u.id, (u.hash % m.partitions)::integer, u.topic, u.key, u.payload, u.headers::jsonb, u.created_at
+    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
+        AS u(id, hash, topic, key, payload, headers, created_at)
+    CROSS JOIN ` + n.meta + ` m
+    RETURNING 1
+)
+SELECT count(*) FROM ins`
+	if notify {
+		q += ` CROSS JOIN pg_notify($8, '')`
+	}
+	return q
+}
+
+// recordColumns are the columns scanned by scanRecord, from alias m.
+const recordColumns = `m.id, m.partition, m.seq, m.topic, m.key, m.payload, m.headers::text, m.created_at, m.attempts, m.next_attempt_at, m.last_error`
+
+// queries are the store's fixed statements, built once per Store.
+type queries struct {
+	partitions string
+	heartbeat  string
+	acquire    string
+	release    string
+	leave      string
+	fetch      string
+	unsettled  string
+	claim      string
+	cleanup    string
+	requeueIns string // prefix; the filter is appended
+}
+
+func newQueries(n names, opts Options) queries {
+	var q queries
+	q.partitions = `SELECT partitions FROM ` + n.meta
+
+	// Upsert this node, forget expired ones, and count the live ones. The
+	// main query sees the table as before the CTEs ran, hence "+ 1" for
+	// this node and the exclusion of it.
+	q.heartbeat = `WITH gone AS (
+    DELETE FROM ` + n.relays + ` WHERE expires_at < now() AND node <> $1
+), me AS (
+    INSERT INTO ` + n.relays + ` AS r (node, expires_at, started_at) VALUES ($1, now() + $2::interval, now())
+    ON CONFLICT (node) DO UPDATE SET expires_at = EXCLUDED.expires_at
+)
+SELECT 1 + count(*) FROM ` + n.relays + ` WHERE node <> $1 AND expires_at >= now()`
+
+	// One statement, so one transaction: renew the held leases still owned
+	// with the same epoch, then take up to $5 free or expired partitions
+	// (skipping rows another relay is taking or a settle holds), bumping
+	// their epoch. Expiry uses the database clock. Held leases are excluded
+	// from "free" so that an expired lease this node still holds is renewed,
+	// not re-taken.
+	q.acquire = `WITH held AS (
+    SELECT h.p, h.e FROM unnest($2::integer[], $3::bigint[]) AS h(p, e)
+), renewed AS (
+    UPDATE ` + n.leases + ` l SET expires_at = now() + $4::interval
+    FROM held WHERE l.partition = held.p AND l.epoch = held.e AND l.owner = $1
+    RETURNING l.partition, l.epoch
+), free AS (
+    SELECT l.partition FROM ` + n.leases + ` l
+    WHERE (l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at < now())
+      AND NOT EXISTS (SELECT 1 FROM held WHERE held.p = l.partition AND held.e = l.epoch AND l.owner = $1)
+    ORDER BY l.partition
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE ` + n.leases + ` l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + $4::interval
+    FROM free WHERE l.partition = free.partition
+    RETURNING l.partition, l.epoch
+)
+SELECT partition, epoch FROM renewed
+UNION ALL
+SELECT partition, epoch FROM taken
+ORDER BY 1`
+
+	q.release = `UPDATE ` + n.leases + ` l SET owner = NULL, expires_at = NULL
+FROM unnest($2::integer[], $3::bigint[]) AS h(p, e)
+WHERE l.partition = h.p AND l.epoch = h.e AND l.owner = $1`
+
+	q.leave = `WITH released AS (
+    UPDATE ` + n.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1
+)
+DELETE FROM ` + n.relays + ` WHERE node = $1`
+
+	// Per-cursor LIMIT in one round trip. Plan (EXPLAIN, PostgreSQL 15):
+	//
+	//	Nested Loop
+	//	  -> Function Scan on unnest c
+	//	  -> Limit
+	//	       -> Index Scan using <prefix>_messages_pending_idx on <prefix>_messages x
+	//	            Index Cond: ((partition = c.p) AND (seq > c.after))
+	//
+	// (checked by TestFetchPlan).
+	q.fetch = `SELECT ` + recordColumns + `
+FROM unnest($1::integer[], $2::bigint[]) AS c(p, after)
+CROSS JOIN LATERAL (
+    SELECT * FROM ` + n.messages + ` x
+    WHERE x.partition = c.p AND x.seq > c.after AND x.published_at IS NULL
+    ORDER BY x.seq
+    LIMIT $3
+) m`
+
+	// Same shape as fetch: an index scan on the pending index per cursor,
+	// Index Cond (partition = c.p) AND (seq <= c.after).
+	q.unsettled = `SELECT m.id, m.partition, m.seq
+FROM unnest($1::integer[], $2::bigint[]) AS c(p, after)
+CROSS JOIN LATERAL (
+    SELECT x.id, x.partition, x.seq FROM ` + n.messages + ` x
+    WHERE x.partition = c.p AND x.seq <= c.after AND x.published_at IS NULL
+    ORDER BY x.seq
+) m`
+
+	// The seeds' claim: an index scan on the primary key (UUIDv7, so
+	// roughly oldest first), skipping rows other claims hold.
+	q.claim = `SELECT ` + recordColumns + `
+FROM ` + n.messages + ` m
+WHERE m.published_at IS NULL AND (m.next_attempt_at IS NULL OR m.next_attempt_at <= now())
+ORDER BY m.id
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+
+	// Batched retention cleanup on the partial published index.
+	q.cleanup = `DELETE FROM ` + n.messages + ` WHERE id IN (
+    SELECT id FROM ` + n.messages + `
+    WHERE published_at IS NOT NULL AND published_at < now() - $1::interval
+    ORDER BY published_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
+	return q
+}
+
+// sqlBuilder accumulates a statement's text and its bound parameters.
+type sqlBuilder struct {
+	strings.Builder
+	args []any
+}
+
+// arg binds v and returns its placeholder.
+func (b *sqlBuilder) arg(v any) string {
+	b.args = append(b.args, v)
+	return "$" + strconv.Itoa(len(b.args))
+}
+
+// settleBatch holds the arrays of a settle statement. Items carry the index
+// (1-based) of their settlement, matched against the valid leases.
+type settleBatch struct {
+	delIdx   []int32
+	delIDs   [][16]byte
+	retryIdx []int32
+	retryIDs [][16]byte
+	retryAtt []int32
+	retryAt  []pgtype.Timestamptz // invalid (NULL) for no time
+	retryErr []string
+	deadIdx  []int32
+	deadIDs  [][16]byte
+	deadAtt  []int32
+	deadErr  []string
+}
+
+func (b *settleBatch) empty() bool {
+	return len(b.delIDs) == 0 && len(b.retryIDs) == 0 && len(b.deadIDs) == 0
+}
+
+// settleSQL builds one statement that applies a settle batch.
+//
+// Fenced (the ordered relay): it locks the lease rows the node still holds
+// with the settlements' epochs FOR SHARE (a concurrent takeover waits for
+// this statement's transaction), applies only the items of those
+// settlements, and returns the indexes of the settlements it applied.
+// Unfenced (a claim, inside its transaction): it applies every item and
+// returns nothing.
+//
+// Delivered items are deleted, or marked published when retention is on;
+// retries update attempts, next_attempt_at and last_error; dead items move
+// to the dead letters with their attempts and last error. Each part is
+// present only when it has items, so the common case (only deliveries) is a
+// single DELETE … USING unnest(…) plus the lease check.
+func settleSQL(n names, retention bool, node string, leases []int32, epochs []int64, b *settleBatch) (string, []any) {
+	var q sqlBuilder
+	fenced := leases != nil
+	join := func(alias string) (from, where string) {
+		if !fenced {
+			return "", ""
+		}
+		return " JOIN valid v ON v.i = " + alias + ".i", " AND m.partition = v.p"
+	}
+	q.WriteString("WITH ")
+	if fenced {
+		q.WriteString(`s AS MATERIALIZED (
+    SELECT s.i::integer AS i, s.p, s.e FROM unnest(` + q.arg(leases) + `::integer[], ` + q.arg(epochs) + `::bigint[]) WITH ORDINALITY AS s(p, e, i)
+), valid AS MATERIALIZED (
+    SELECT s.i, s.p FROM s JOIN ` + n.leases + ` l ON l.partition = s.p AND l.epoch = s.e
+    WHERE l.owner = ` + q.arg(node) + `
+    FOR SHARE OF l
+), `)
+	}
+	if len(b.delIDs) > 0 {
+		from, where := join("d")
+		src := `unnest(` + q.arg(b.delIdx) + `::integer[], ` + q.arg(b.delIDs) + `::uuid[]) AS d(i, id)` + from
+		if retention {
+			q.WriteString(`delivered AS (
+    UPDATE ` + n.messages + ` m SET published_at = now()
+    FROM ` + src + `
+    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
+), `)
+		} else {
+			q.WriteString(`delivered AS (
+    DELETE FROM ` + n.messages + ` m
+    USING ` + src + `
+    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
+), `)
+		}
+	}
+	if len(b.retryIDs) > 0 {
+		from, where := join("r")
+		q.WriteString(`retried AS (
+    UPDATE ` + n.messages + ` m SET attempts = r.attempts, next_attempt_at = r.next_at, last_error = r.err
+    FROM unnest(` + q.arg(b.retryIdx) + `::integer[], ` + q.arg(b.retryIDs) + `::uuid[], ` + q.arg(b.retryAtt) + `::integer[], ` +
+			q.arg(b.retryAt) + `::timestamptz[], ` + q.arg(b.retryErr) + `::text[]) AS r(i, id, attempts, next_at, err)` + from + `
+    WHERE m.id = r.id AND m.published_at IS NULL` + where + `
+), `)
+	}
+	if len(b.deadIDs) > 0 {
+		from, where := join("d")
+		q.WriteString(`dead AS (
+    DELETE FROM ` + n.messages + ` m
+    USING unnest(` + q.arg(b.deadIdx) + `::integer[], ` + q.arg(b.deadIDs) + `::uuid[], ` + q.arg(b.deadAtt) + `::integer[], ` +
+			q.arg(b.deadErr) + `::text[]) AS d(i, id, attempts, err)` + from + `
+    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
+    RETURNING m.id, m.partition, m.topic, m.key, m.payload, m.headers, m.created_at, d.attempts, d.err
+), buried AS (
+    INSERT INTO ` + n.deadLetters + ` (id, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
+    SELECT id, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM dead
+    ON CONFLICT (id) DO UPDATE SET partition = EXCLUDED.partition, topic = EXCLUDED.topic, key = EXCLUDED.key,
+        payload = EXCLUDED.payload, headers = EXCLUDED.headers, created_at = EXCLUDED.created_at,
+        attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, failed_at = EXCLUDED.failed_at
+), `)
+	}
+	// Drop the trailing ", " of the last CTE.
+	text := strings.TrimSuffix(q.String(), ", ")
+	if fenced {
+		text += "\nSELECT i FROM valid"
+	} else {
+		text += "\nSELECT 1"
+	}
+	return text, q.args
+}

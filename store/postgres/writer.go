@@ -1,0 +1,201 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Writer writes messages into the outbox inside the application's own
+// transaction, so that they exist if and only if that transaction commits.
+// A Writer is immutable and safe for concurrent use.
+type Writer struct {
+	opts Options
+	n    names
+	sql  string // the INSERT (with pg_notify when Options.Notify)
+}
+
+// NewWriter returns a Writer for the tables named by opts (Schema,
+// TablePrefix), with opts.MaxPayload as the payload limit and opts.Notify
+// deciding whether writes wake subscribed relays.
+func NewWriter(opts Options) (*Writer, error) {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	n := newNames(opts)
+	return &Writer{opts: opts, n: n, sql: writeSQL(n, *opts.Notify)}, nil
+}
+
+var defaultWriter = sync.OnceValue(func() *Writer {
+	w, err := NewWriter(Options{})
+	if err != nil {
+		panic("postgres: default options are invalid: " + err.Error())
+	}
+	return w
+})
+
+// Write writes msgs with the default Options (schema "public", prefix
+// "outbox") in tx. See [Writer.Write].
+func Write(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error {
+	return defaultWriter().Write(ctx, tx, msgs...)
+}
+
+// WriteSQL writes msgs with the default Options in tx, a database/sql
+// transaction of the pgx stdlib driver. See [Writer.WriteSQL].
+func WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
+	return defaultWriter().WriteSQL(ctx, tx, msgs...)
+}
+
+// Write inserts msgs in tx with one statement (one round trip, whatever the
+// number of messages) and, unless Options.Notify is false, queues a NOTIFY
+// that PostgreSQL delivers when tx commits.
+//
+// Each message is prepared on a copy (msgs are not modified or retained):
+// an empty ID gets a new UUIDv7 and a zero CreatedAt the current time. If
+// any message is invalid, Write returns an error naming its index and field
+// (wrapping *outbox.ValidationError) before sending anything, so nothing is
+// written and tx remains usable. A database error, like any failed
+// statement, aborts tx: roll it back. Write never retries.
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	args, err := w.args(msgs)
+	if err != nil {
+		return err
+	}
+	var n int64
+	if err := tx.QueryRow(ctx, w.sql, args...).Scan(&n); err != nil {
+		return wrapErr("write", w.opts, err)
+	}
+	return w.checkCount(n, len(msgs))
+}
+
+// WriteSQL is Write for a database/sql transaction opened on the pgx stdlib
+// driver (github.com/jackc/pgx/v5/stdlib); other drivers cannot encode the
+// array parameters.
+func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	args, err := w.args(msgs)
+	if err != nil {
+		return err
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, w.sql, args...).Scan(&n); err != nil {
+		return wrapErr("write", w.opts, err)
+	}
+	return w.checkCount(n, len(msgs))
+}
+
+func (w *Writer) checkCount(got int64, want int) error {
+	if got != int64(want) {
+		// Only possible when the meta row is missing: the partition count
+		// comes from it.
+		return fmt.Errorf("postgres: write: inserted %d of %d messages: the meta table %s has no partition count; run `outbox migrate --store <url>` (or Store.Migrate)", got, want, w.n.meta)
+	}
+	return nil
+}
+
+// args prepares msgs and returns the statement's column arrays.
+func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
+	now := time.Now()
+	var (
+		ids      = make([][16]byte, len(msgs))
+		hashes   = make([]int64, len(msgs))
+		topics   = make([]string, len(msgs))
+		keys     = make([]string, len(msgs))
+		payloads = make([][]byte, len(msgs))
+		headers  = make([]*string, len(msgs))
+		created  = make([]time.Time, len(msgs))
+	)
+	for i := range msgs {
+		m := msgs[i] // a copy: the caller's message is not modified
+		if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
+			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
+		}
+		id, err := parseUUID(m.ID)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "ID", Reason: err.Error()})
+		}
+		ids[i] = id
+		hashes[i] = int64(keyHash(m.Key))
+		topics[i] = m.Topic
+		keys[i] = m.Key
+		payloads[i] = m.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+		if len(m.Headers) > 0 {
+			b, err := json.Marshal(m.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("postgres: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "Headers", Reason: err.Error()})
+			}
+			h := string(b)
+			headers[i] = &h
+		}
+		created[i] = m.CreatedAt
+	}
+	args := []any{ids, hashes, topics, keys, payloads, headers, created}
+	if *w.opts.Notify {
+		args = append(args, w.n.channel)
+	}
+	return args, nil
+}
+
+// keyHash is the 32-bit hash behind outbox.PartitionOf: the first 4 bytes of
+// SHA-256(key) as a little-endian uint32, so that hash % P equals
+// outbox.PartitionOf(key, P). An empty key gets a random hash.
+func keyHash(key string) uint32 {
+	if key == "" {
+		return rand.Uint32()
+	}
+	sum := sha256.Sum256([]byte(key))
+	return binary.LittleEndian.Uint32(sum[:4])
+}
+
+// parseUUID decodes a canonical UUID string (checked by outbox.ValidateID).
+func parseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	if err := outbox.ValidateID(s); err != nil {
+		return u, err
+	}
+	var hexs [32]byte
+	copy(hexs[0:8], s[0:8])
+	copy(hexs[8:12], s[9:13])
+	copy(hexs[12:16], s[14:18])
+	copy(hexs[16:20], s[19:23])
+	copy(hexs[20:32], s[24:36])
+	if _, err := hex.Decode(u[:], hexs[:]); err != nil {
+		return u, err
+	}
+	return u, nil
+}
+
+// formatUUID encodes u in the canonical lower-case form.
+func formatUUID(u [16]byte) string {
+	var s [36]byte
+	hex.Encode(s[0:8], u[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], u[10:16])
+	return string(s[:])
+}
