@@ -1,0 +1,9 @@
+package natsjs_test
+
+import (
+	"testing"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,0 +1,387 @@
+package natsjs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Defaults and limits of [Options].
+const (
+	// MaxInFlightDefault bounds the messages a Publisher waits for at once.
+	MaxInFlightDefault = 4096
+	// MaxInFlightMax is the largest MaxInFlight accepted.
+	MaxInFlightMax = 1 << 20
+
+	// AckTimeoutDefault is how long a Publish waits for acknowledgements
+	// when its context has no deadline.
+	AckTimeoutDefault = 10 * time.Second
+	// AckTimeoutMin is the smallest AckTimeout accepted.
+	AckTimeoutMin = time.Millisecond
+
+	// stallWaitMax bounds how long one message waits for room in the
+	// JetStream context's own async-publish window (see Publish).
+	stallWaitMax = time.Second
+)
+
+// Options configures a [Publisher]. The zero value is valid: every field has
+// a default.
+type Options struct {
+	// MaxInFlight bounds the messages published but not yet acknowledged
+	// that the Publisher waits for, shared by all concurrent Publish calls
+	// (default MaxInFlightDefault, at most MaxInFlightMax). A Publisher made
+	// by Dial also sets it as the JetStream context's
+	// jetstream.WithPublishAsyncMaxPending.
+	MaxInFlight int
+	// AckTimeout is how long a Publish call waits for the acknowledgements
+	// of its batch when its context has no deadline (default
+	// AckTimeoutDefault). A Publisher made by Dial also sets it as the
+	// JetStream context's jetstream.WithPublishAsyncTimeout, so that no
+	// acknowledgement is awaited for longer than that.
+	AckTimeout time.Duration
+	// SubjectPrefix is prepended to each message's Topic to make its NATS
+	// subject (default none). It is made of tokens of [A-Za-z0-9_-]
+	// separated by dots, usually ending with a dot: "outbox." publishes
+	// topic "orders.created" to subject "outbox.orders.created".
+	SubjectPrefix string
+	// Logger receives the connection events of a Publisher made by Dial
+	// (disconnections, reconnections, asynchronous errors). Default: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns o with the zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	o.MaxInFlight = cmp.Or(o.MaxInFlight, MaxInFlightDefault)
+	o.AckTimeout = cmp.Or(o.AckTimeout, AckTimeoutDefault)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// validate checks o after WithDefaults, naming the field in its errors.
+func (o Options) validate() error {
+	if o.MaxInFlight < 1 || o.MaxInFlight > MaxInFlightMax {
+		return fmt.Errorf("natsjs: MaxInFlight must be between 1 and %d, got %d", MaxInFlightMax, o.MaxInFlight)
+	}
+	if o.AckTimeout < AckTimeoutMin {
+		return fmt.Errorf("natsjs: AckTimeout must be at least %v, got %v", AckTimeoutMin, o.AckTimeout)
+	}
+	if p := o.SubjectPrefix; p != "" {
+		if err := outbox.ValidateTopic(strings.TrimSuffix(p, ".")); err != nil {
+			return fmt.Errorf("natsjs: SubjectPrefix must be tokens of letters, digits, '_' and '-' separated by dots, optionally ending with a dot (like \"outbox.\"), got %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Publisher publishes outbox messages to NATS JetStream. It implements
+// [outbox.Publisher]: it sends each batch fully pipelined with
+// asynchronous publishes, waits for every acknowledgement, and returns one
+// result per message. It never retries; it marks with [outbox.Permanent] the
+// failures that retrying cannot fix.
+//
+// Each message goes to subject SubjectPrefix+Topic with these headers, plus
+// the message's own:
+//
+//   - Nats-Msg-Id and Outbox-Id: Message.ID. JetStream drops a message whose
+//     ID it has stored within the stream's Duplicates window (two minutes by
+//     default) and acknowledges it as a duplicate, which Publish counts as
+//     success, so a message re-published after a lost acknowledgement is
+//     stored once.
+//   - Outbox-Key: Message.Key, when not empty.
+//   - Outbox-Created-At: Message.CreatedAt, RFC 3339 with nanoseconds, UTC.
+//
+// A Publisher is safe for concurrent use.
+type Publisher struct {
+	js   jetstream.JetStream
+	nc   *nats.Conn // owned connection (Dial), or nil (New)
+	opts Options
+	sem  chan struct{} // one token per message awaited, shared by all calls
+
+	mu     sync.Mutex
+	closed bool
+	active sync.WaitGroup // Publish calls in progress
+}
+
+// New returns a Publisher that publishes through js. The caller owns js's
+// connection and closes it after Close. js's own async-publish settings
+// apply as well: give it a PublishAsyncMaxPending of at least MaxInFlight
+// (or none) and a PublishAsyncTimeout, so that acknowledgements abandoned by
+// cancelled calls are forgotten.
+func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
+	if js == nil {
+		return nil, errors.New("natsjs: New needs a jetstream.JetStream, got nil")
+	}
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Publisher{js: js, opts: opts, sem: make(chan struct{}, opts.MaxInFlight)}, nil
+}
+
+// Dial connects to the NATS server(s) at url (comma-separated URLs for a
+// cluster) and returns a Publisher that owns the connection; Close drains
+// and closes it. By default the connection reconnects forever and reports
+// its events to opts.Logger instead of standard error; natsOpts are applied
+// after those defaults and may override them. If no server can be reached,
+// the error names url (with any password redacted).
+func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error) {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger.With("url", redactURLs(url))
+	all := append([]nats.Option{
+		nats.Name("outbox-relay"),
+		nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("natsjs: asynchronous error", "subject", sub.Subject, "err", err)
+				return
+			}
+			log.Warn("natsjs: asynchronous error", "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("natsjs: disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("natsjs: reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+	}, natsOpts...)
+	nc, err := nats.Connect(url, all...)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: connect to %s: %w (is a NATS server with JetStream running there?)", redactURLs(url), err)
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(opts.MaxInFlight),
+		jetstream.WithPublishAsyncTimeout(opts.AckTimeout),
+	)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("natsjs: %s: %w", redactURLs(url), err)
+	}
+	p, err := New(js, opts)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p.nc = nc
+	return p, nil
+}
+
+// redactURLs hides the passwords of a comma-separated list of URLs.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, s := range parts {
+		s = strings.TrimSpace(s)
+		if u, err := url.Parse(s); err == nil && u.User != nil {
+			if _, has := u.User.Password(); has {
+				s = u.Redacted()
+			} else {
+				u.User = url.User("xxxxx") // a token
+				s = u.String()
+			}
+		}
+		parts[i] = s
+	}
+	return strings.Join(parts, ",")
+}
+
+// Subject returns the NATS subject of topic: SubjectPrefix+topic.
+func (p *Publisher) Subject(topic string) string { return p.opts.SubjectPrefix + topic }
+
+// Close makes later Publish calls fail with [outbox.ErrClosed], waits for
+// the calls in progress to return (at most their deadline, or AckTimeout),
+// and, for a Publisher made by Dial, drains and closes the connection.
+// Calling Close again returns nil.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.active.Wait()
+	if p.nc == nil || p.nc.IsClosed() {
+		return nil
+	}
+	closed := p.nc.StatusChanged(nats.CLOSED)
+	defer p.nc.RemoveStatusListener(closed)
+	if err := p.nc.Drain(); err != nil {
+		// Reconnecting (or closed meanwhile): there is nothing to drain.
+		p.nc.Close()
+		if errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrConnectionClosed) {
+			return nil
+		}
+		return fmt.Errorf("natsjs: drain connection: %w", err)
+	}
+	timer := time.NewTimer(p.nc.Opts.DrainTimeout + time.Second)
+	defer timer.Stop()
+	select {
+	case <-closed:
+	case <-timer.C:
+		p.nc.Close()
+		return fmt.Errorf("natsjs: connection not drained within %v; closed it", p.nc.Opts.DrainTimeout)
+	}
+	return nil
+}
+
+// begin registers a Publish call, unless the Publisher is closed.
+func (p *Publisher) begin() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.active.Add(1)
+	return true
+}
+
+// sent is a message published and awaiting its acknowledgement.
+type sent struct {
+	index int
+	paf   jetstream.PubAckFuture
+}
+
+// Publish implements [outbox.Publisher]. It publishes msgs asynchronously,
+// in order, never having more than MaxInFlight messages unacknowledged
+// across all calls, then waits for every acknowledgement until ctx ends (or
+// AckTimeout passes, if ctx has no deadline). It returns one result per
+// message: nil when JetStream stored the message or acknowledged it as a
+// duplicate. When ctx ends first, Publish returns at once, with a
+// (retryable) error for every message not yet acknowledged; those may
+// still be stored. Errors are classified:
+//
+//   - no stream covers the subject, JetStream is not enabled, the message
+//     exceeds the server's max_payload or the stream's max_msg_size, the
+//     stream is sealed, the subject is invalid: permanent;
+//   - anything else (stream limits reached with DiscardNew, timeouts,
+//     disconnects, a stream that exists but did not answer): retryable.
+//
+// Publish may be called concurrently. It does not retain msgs.
+func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	if !p.begin() {
+		return outbox.FillErrors(len(msgs), fmt.Errorf("natsjs: publish: %w", outbox.ErrClosed))
+	}
+	defer p.active.Done()
+	if ctx.Err() != nil {
+		return outbox.FillErrors(len(msgs), fmt.Errorf("natsjs: publish: not sent: %w", context.Cause(ctx)))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.AckTimeout,
+			fmt.Errorf("natsjs: no acknowledgement within AckTimeout (%v): %w", p.opts.AckTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+
+	pending := make(chan sent, len(msgs))
+	var wg sync.WaitGroup
+	wg.Go(func() { p.await(ctx, msgs, pending, errs) })
+	p.send(ctx, msgs, pending, errs)
+	wg.Wait()
+	p.resolveNoStream(ctx, errs)
+	return errs
+}
+
+// send publishes msgs in order, each after taking a token of p.sem, and
+// passes the futures to await through pending, which it closes. It sets the
+// errors of the messages it could not send.
+func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, pending chan<- sent, errs []error) {
+	defer close(pending)
+	for i, m := range msgs {
+		subject := p.Subject(m.Topic)
+		if ctx.Err() != nil {
+			p.failRest(ctx, msgs[i:], errs[i:])
+			return
+		}
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			p.failRest(ctx, msgs[i:], errs[i:])
+			return
+		}
+		stall := stallWaitMax
+		if deadline, ok := ctx.Deadline(); ok {
+			stall = max(min(stall, time.Until(deadline)), time.Millisecond)
+		}
+		paf, err := p.js.PublishMsgAsync(p.natsMsg(subject, m),
+			jetstream.WithRetryAttempts(0), // the relay retries, with backoff
+			jetstream.WithStallWait(stall),
+		)
+		if err != nil {
+			<-p.sem
+			errs[i] = classify(subject, m, err)
+			continue
+		}
+		pending <- sent{i, paf}
+	}
+}
+
+// failRest sets the errors of messages not sent because ctx ended.
+func (p *Publisher) failRest(ctx context.Context, msgs []*outbox.Message, errs []error) {
+	for i, m := range msgs {
+		errs[i] = fmt.Errorf("natsjs: publish to %q: not sent: %w", p.Subject(m.Topic), context.Cause(ctx))
+	}
+}
+
+// await waits for the futures from pending, in order, sets their results
+// and gives back their tokens. Once ctx has ended it only collects the
+// results already there.
+func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, pending <-chan sent, errs []error) {
+	for s := range pending {
+		subject := p.Subject(msgs[s.index].Topic)
+		var err error
+		select {
+		case <-s.paf.Ok():
+		case e := <-s.paf.Err():
+			err = classify(subject, msgs[s.index], e)
+		case <-ctx.Done():
+			// An acknowledgement that arrived meanwhile still counts.
+			select {
+			case <-s.paf.Ok():
+			case e := <-s.paf.Err():
+				err = classify(subject, msgs[s.index], e)
+			default:
+				err = fmt.Errorf("natsjs: publish to %q: not acknowledged (the message may be stored): %w", subject, context.Cause(ctx))
+			}
+		}
+		<-p.sem
+		errs[s.index] = err
+	}
+}
+
+// natsMsg builds the NATS message for m.
+func (p *Publisher) natsMsg(subject string, m *outbox.Message) *nats.Msg {
+	h := make(nats.Header, len(m.Headers)+4)
+	for k, v := range m.Headers {
+		h[k] = []string{v}
+	}
+	// Ours last: a reserved name in m.Headers (rejected by Validate) cannot
+	// override them.
+	h[jetstream.MsgIDHeader] = []string{m.ID}
+	h[outbox.HeaderID] = []string{m.ID}
+	if m.Key != "" {
+		h[outbox.HeaderKey] = []string{m.Key}
+	}
+	if !m.CreatedAt.IsZero() {
+		h[outbox.HeaderCreatedAt] = []string{m.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	}
+	return &nats.Msg{Subject: subject, Data: m.Payload, Header: h}
+}
