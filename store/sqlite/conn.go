@@ -1,0 +1,218 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// writeMarker starts every INSERT made by Write. A connection of a database
+// opened by Open recognises it, so that the commit of the transaction that
+// ran it wakes subscribed relays (see [Store.Subscribe]).
+const writeMarker = "/* outbox:write */ "
+
+// gate serialises this process's write transactions on one database in
+// FIFO order. SQLite allows one writer at a time; without the gate,
+// writers that find the database locked sleep in SQLite's busy handler on a
+// fixed schedule (up to 100 ms per retry), which gives long latency tails
+// under load. With it they queue in Go and start as soon as the previous
+// writer finishes. busy_timeout still covers writers of other processes.
+type gate struct {
+	ch   chan struct{}
+	wait time.Duration // Options.BusyTimeout
+}
+
+func newGate(wait time.Duration) *gate {
+	return &gate{ch: make(chan struct{}, 1), wait: wait}
+}
+
+// errGateTimeout is returned when a write transaction waited longer than
+// Options.BusyTimeout for another one of this process.
+var errGateTimeout = errors.New("database is locked")
+
+// acquire waits for the write gate, at most g.wait and until ctx ends.
+func (g *gate) acquire(ctx context.Context) error {
+	select {
+	case g.ch <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(g.wait)
+	defer t.Stop()
+	select {
+	case g.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return fmt.Errorf("sqlite: another write transaction of this process held the write lock for more than %v (Options.BusyTimeout): %w", g.wait, errGateTimeout)
+	}
+}
+
+func (g *gate) release() { <-g.ch }
+
+// connector wraps the driver's connector for databases opened by Open: its
+// connections pass write transactions through the gate, and report commits
+// of transactions in which Write ran.
+type connector struct {
+	base   driver.Connector
+	gate   *gate
+	notify func()
+}
+
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.base.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{base: dc, c: c}, nil
+}
+
+func (c *connector) Driver() driver.Driver { return c.base.Driver() }
+
+// conn wraps one driver connection. database/sql uses a connection from one
+// goroutine at a time, so wrote needs no lock.
+type conn struct {
+	base  driver.Conn
+	c     *connector
+	wrote bool // Write ran in the current transaction
+}
+
+var (
+	_ driver.Conn               = (*conn)(nil)
+	_ driver.ConnBeginTx        = (*conn)(nil)
+	_ driver.ConnPrepareContext = (*conn)(nil)
+	_ driver.ExecerContext      = (*conn)(nil)
+	_ driver.QueryerContext     = (*conn)(nil)
+	_ driver.Pinger             = (*conn)(nil)
+	_ driver.SessionResetter    = (*conn)(nil)
+	_ driver.Validator          = (*conn)(nil)
+)
+
+// Unwrap returns the modernc.org/sqlite connection, for callers of
+// sql.Conn.Raw that need its own methods (backup, hooks, ...).
+func (c *conn) Unwrap() driver.Conn { return c.base }
+
+func (c *conn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	c.mark(query)
+	if p, ok := c.base.(driver.ConnPrepareContext); ok {
+		return p.PrepareContext(ctx, query)
+	}
+	return c.base.Prepare(query)
+}
+
+func (c *conn) Close() error { return c.base.Close() }
+
+func (c *conn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// BeginTx passes transactions that may write through the gate; read-only
+// ones (sql.TxOptions{ReadOnly: true}, a deferred BEGIN) do not wait.
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	b, ok := c.base.(driver.ConnBeginTx)
+	if !ok {
+		return nil, errors.New("sqlite: driver connection does not implement BeginTx")
+	}
+	c.wrote = false
+	if opts.ReadOnly {
+		t, err := b.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &tx{base: t, conn: c}, nil
+	}
+	if err := c.c.gate.acquire(ctx); err != nil {
+		return nil, err
+	}
+	t, err := b.BeginTx(ctx, opts)
+	if err != nil {
+		c.c.gate.release()
+		return nil, err
+	}
+	return &tx{base: t, conn: c, release: sync.OnceFunc(c.c.gate.release)}, nil
+}
+
+func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	e, ok := c.base.(driver.ExecerContext)
+	if !ok {
+		return nil, driver.ErrSkip
+	}
+	c.mark(query)
+	return e.ExecContext(ctx, query, args)
+}
+
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	q, ok := c.base.(driver.QueryerContext)
+	if !ok {
+		return nil, driver.ErrSkip
+	}
+	return q.QueryContext(ctx, query, args)
+}
+
+func (c *conn) Ping(ctx context.Context) error {
+	if p, ok := c.base.(driver.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+func (c *conn) ResetSession(ctx context.Context) error {
+	c.wrote = false
+	if r, ok := c.base.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
+}
+
+func (c *conn) IsValid() bool {
+	if v, ok := c.base.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+func (c *conn) mark(query string) {
+	if strings.HasPrefix(query, writeMarker) {
+		c.wrote = true
+	}
+}
+
+// tx releases the gate when it ends and, after a commit in which Write ran,
+// wakes the store's subscribers: the messages are visible by then.
+type tx struct {
+	base    driver.Tx
+	conn    *conn
+	release func() // nil for read-only transactions
+}
+
+func (t *tx) Commit() error {
+	err := t.base.Commit()
+	t.end()
+	if err == nil && t.conn.wrote {
+		t.conn.c.notify()
+	}
+	t.conn.wrote = false
+	return err
+}
+
+func (t *tx) Rollback() error {
+	err := t.base.Rollback()
+	t.end()
+	t.conn.wrote = false
+	return err
+}
+
+func (t *tx) end() {
+	if t.release != nil {
+		t.release()
+	}
+}

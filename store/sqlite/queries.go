@@ -1,0 +1,96 @@
+package sqlite
+
+import "strings"
+
+// queries holds the store's SQL, built once from the validated, quoted
+// table names. Values are always bound parameters.
+//
+// The per-batch statements were checked with EXPLAIN QUERY PLAN (SQLite
+// as bundled with modernc.org/sqlite; TestQueryPlans keeps them honest):
+//
+//	fetch:      SEARCH <prefix>_messages USING INDEX <prefix>_messages_pending_idx (partition=? AND seq>?)
+//	unsettled:  SEARCH <prefix>_messages USING INDEX <prefix>_messages_pending_idx (partition=? AND seq<?)
+//	delivered:  SEARCH <prefix>_messages USING INDEX sqlite_autoindex_<prefix>_messages_1 (id=?)
+//	retry/dead: SEARCH <prefix>_messages USING INDEX sqlite_autoindex_<prefix>_messages_1 (id=?)
+//	cleanup:    SEARCH <prefix>_messages USING INTEGER PRIMARY KEY (rowid=?)
+//	            LIST SUBQUERY 1
+//	            SEARCH <prefix>_messages USING COVERING INDEX <prefix>_messages_published_idx (published_at>? AND published_at<?)
+//	claim:      SCAN <prefix>_messages (rowid order; published rows, kept
+//	            only with retention, are skipped)
+type queries struct {
+	insertHead string // INSERT … VALUES, without the rows
+	fetch      string
+	unsettled  string
+	claim      string
+
+	leaseOf string
+	// The Delivered statements end with "id IN (": the caller adds the
+	// placeholders and ")". The *Part forms also take a partition.
+	deleteIn      string
+	deleteInPart  string
+	publishIn     string
+	publishInPart string
+	retry         string
+	deadInsert    string
+	deadDelete    string
+	cleanup       string
+	heartbeat     string
+	expireNodes   string
+	countNodes    string
+	leases        string
+	renewLease    string
+	takeLease     string
+	release       string
+	leaveLeases   string
+	leaveNode     string
+}
+
+// recordColumns are the columns scanned by scanRecord, in order.
+const recordColumns = "seq, id, partition, topic, key, payload, headers, created_at, attempts, next_attempt_at, last_error"
+
+func newQueries(n names) queries {
+	m := n.messages
+	return queries{
+		insertHead: writeMarker + "INSERT INTO " + m + " (id, partition, topic, key, payload, headers, created_at) VALUES ",
+		fetch: "SELECT " + recordColumns + " FROM " + m + " INDEXED BY " + n.pendingIdx +
+			" WHERE partition = ? AND seq > ? AND published_at IS NULL ORDER BY seq LIMIT ?",
+		unsettled: "SELECT id, partition, seq FROM " + m + " INDEXED BY " + n.pendingIdx +
+			" WHERE partition = ? AND seq <= ? AND published_at IS NULL ORDER BY seq",
+		claim: "SELECT " + recordColumns + " FROM " + m +
+			" WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= ?) ORDER BY seq LIMIT ?",
+
+		leaseOf:       "SELECT owner, epoch FROM " + n.leases + " WHERE partition = ?",
+		deleteIn:      "DELETE FROM " + m + " WHERE published_at IS NULL AND id IN (",
+		deleteInPart:  "DELETE FROM " + m + " WHERE partition = ? AND published_at IS NULL AND id IN (",
+		publishIn:     "UPDATE " + m + " SET published_at = ? WHERE published_at IS NULL AND id IN (",
+		publishInPart: "UPDATE " + m + " SET published_at = ? WHERE partition = ? AND published_at IS NULL AND id IN (",
+		retry: "UPDATE " + m + " SET attempts = ?, next_attempt_at = ?, last_error = ?" +
+			" WHERE id = ? AND partition = ? AND published_at IS NULL",
+		deadInsert: "INSERT OR REPLACE INTO " + n.deadLetters +
+			" (id, seq, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)" +
+			" SELECT id, seq, partition, topic, key, payload, headers, created_at, ?, ?, ? FROM " + m +
+			" WHERE id = ? AND partition = ? AND published_at IS NULL",
+		deadDelete: "DELETE FROM " + m + " WHERE id = ? AND partition = ? AND published_at IS NULL",
+		cleanup: "DELETE FROM " + m + " WHERE seq IN (SELECT seq FROM " + m + " INDEXED BY " + n.publishedIdx +
+			" WHERE published_at IS NOT NULL AND published_at < ? ORDER BY published_at LIMIT ?)",
+
+		heartbeat: "INSERT INTO " + n.relays + " (node, expires_at, started_at) VALUES (?, ?, ?)" +
+			" ON CONFLICT (node) DO UPDATE SET expires_at = excluded.expires_at",
+		expireNodes: "DELETE FROM " + n.relays + " WHERE expires_at < ? AND node <> ?",
+		countNodes:  "SELECT count(*) FROM " + n.relays,
+		leases:      "SELECT partition, owner, epoch, expires_at FROM " + n.leases + " ORDER BY partition",
+		renewLease:  "UPDATE " + n.leases + " SET expires_at = ? WHERE partition = ? AND owner = ? AND epoch = ?",
+		takeLease:   "UPDATE " + n.leases + " SET owner = ?, epoch = epoch + 1, expires_at = ? WHERE partition = ? AND epoch = ? RETURNING epoch",
+		release:     "UPDATE " + n.leases + " SET owner = NULL, expires_at = NULL WHERE partition = ? AND owner = ? AND epoch = ?",
+		leaveLeases: "UPDATE " + n.leases + " SET owner = NULL, expires_at = NULL WHERE owner = ?",
+		leaveNode:   "DELETE FROM " + n.relays + " WHERE node = ?",
+	}
+}
+
+// placeholders returns "?, ?, …" with n placeholders.
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}

@@ -1,0 +1,172 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// writeColumns is the number of bound parameters per inserted row.
+const writeColumns = 7
+
+// rowsPerInsert bounds the rows of one INSERT statement, to stay within
+// SQLite's bound-parameter limit.
+const rowsPerInsert = maxVariables / writeColumns
+
+var defaultStore = sync.OnceValue(func() *Store {
+	return newStore(nil, Options{}.WithDefaults())
+})
+
+// Write writes msgs in tx with the default Options (prefix "outbox"),
+// reading P from the meta table in tx. See [Store.Write].
+//
+// On a database opened by [Open], the commit of tx wakes the relays
+// subscribed to that Store.
+func Write(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
+	s := defaultStore()
+	if len(msgs) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return fmt.Errorf("sqlite: write: tx is nil: begin a transaction on the database holding the outbox")
+	}
+	p, err := readPartitions(ctx, tx, s.n)
+	if err != nil {
+		return s.wrap("write", err)
+	}
+	return s.write(ctx, tx, p, msgs)
+}
+
+// Write inserts msgs in tx, the application's transaction, so that they
+// exist if and only if tx commits. Any number of messages is written with
+// one multi-row INSERT per [rowsPerInsert] messages.
+//
+// Each message is prepared on a copy (msgs are not modified or retained):
+// an empty ID gets a new UUIDv7 and a zero CreatedAt the store's current
+// time; its partition is outbox.PartitionOf(Key, P). If any message is
+// invalid (see outbox.Message.Validate, with Options.MaxPayload), Write
+// returns an error naming its index and field (wrapping
+// *outbox.ValidationError) before running anything, so nothing is written
+// and tx remains usable. After a database error part of msgs may be
+// written: roll tx back. Write never retries. It may be called
+// concurrently, on different transactions.
+//
+// SQLite serialises write transactions, so seq order is commit order: the
+// relay publishes a key's messages in the order their transactions
+// committed.
+func (s *Store) Write(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
+	if err := s.check("write"); err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return fmt.Errorf("sqlite: write: tx is nil: begin a transaction with Store.DB().BeginTx")
+	}
+	p := int(s.partitions.Load())
+	if p == 0 {
+		var err error
+		if p, err = readPartitions(ctx, tx, s.n); err != nil {
+			return s.wrap("write", err)
+		}
+		s.partitions.Store(int64(p))
+	}
+	if err := s.write(ctx, tx, p, msgs); err != nil {
+		return err
+	}
+	if s.gate == nil {
+		// Not a database of Open: no commit signal, so signal now.
+		s.bc.kick()
+	}
+	return nil
+}
+
+func (s *Store) write(ctx context.Context, tx *sql.Tx, p int, msgs []outbox.Message) error {
+	now := s.now()
+	args := make([]any, 0, writeColumns*len(msgs))
+	for i := range msgs {
+		m := msgs[i] // a copy: the caller's message is not modified
+		if err := m.Prepare(now, s.opts.MaxPayload); err != nil {
+			return fmt.Errorf("sqlite: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
+		}
+		payload := m.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		var headers *string
+		if len(m.Headers) > 0 {
+			b, err := json.Marshal(m.Headers)
+			if err != nil {
+				return fmt.Errorf("sqlite: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "Headers", Reason: err.Error()})
+			}
+			h := string(b)
+			headers = &h
+		}
+		args = append(args, m.ID, outbox.PartitionOf(m.Key, p), m.Topic, m.Key, payload, headers, nanos(m.CreatedAt))
+	}
+	for len(args) > 0 {
+		n := min(len(args), rowsPerInsert*writeColumns)
+		if _, err := tx.ExecContext(ctx, s.insertSQL(n/writeColumns), args[:n]...); err != nil {
+			return s.wrap("write", err)
+		}
+		args = args[n:]
+	}
+	return nil
+}
+
+// insertSQL returns the INSERT statement for rows messages.
+func (s *Store) insertSQL(rows int) string {
+	const row = "(?, ?, ?, ?, ?, ?, ?)"
+	var b strings.Builder
+	b.Grow(len(s.q.insertHead) + rows*(len(row)+2))
+	b.WriteString(s.q.insertHead)
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	return b.String()
+}
+
+// decodeHeaders decodes the headers column.
+func decodeHeaders(h sql.NullString) (map[string]string, error) {
+	if !h.Valid || h.String == "" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(h.String), &m); err != nil {
+		return nil, fmt.Errorf("headers column holds invalid JSON: %w", err)
+	}
+	return m, nil
+}
+
+// scanRecord scans the columns of recordColumns.
+func scanRecord(rows *sql.Rows) (outbox.Record, error) {
+	var (
+		r       outbox.Record
+		headers sql.NullString
+		created int64
+		next    sql.NullInt64
+		lastErr sql.NullString
+	)
+	if err := rows.Scan(&r.Seq, &r.ID, &r.Partition, &r.Topic, &r.Key, &r.Payload, &headers, &created, &r.Attempts, &next, &lastErr); err != nil {
+		return r, err
+	}
+	h, err := decodeHeaders(headers)
+	if err != nil {
+		return r, fmt.Errorf("message %s: %w", r.ID, err)
+	}
+	r.Headers = h
+	r.CreatedAt = time.Unix(0, created).UTC()
+	r.NextAttemptAt = fromNanos(next)
+	r.LastError = lastErr.String
+	return r, nil
+}
