@@ -21,7 +21,7 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 	st := &outbox.Status{Topics: []outbox.TopicCount{}, Partitions: []outbox.PartitionStatus{}, Relays: []outbox.RelayStatus{}}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(`SELECT count(*), min(created_at) FROM `+s.n.messages+` WHERE published_at IS NULL`).QueryRow(func(row pgx.Row) error {
+		b.Queue(`SELECT count(*), min(created_at) FROM ` + s.n.messages + ` WHERE published_at IS NULL`).QueryRow(func(row pgx.Row) error {
 			var oldest pgtype.Timestamptz
 			if err := row.Scan(&st.Outstanding, &oldest); err != nil {
 				return err
