@@ -35,6 +35,9 @@ type Lease struct {
 type Cursor struct {
 	Lease
 	After int64
+	// Mark is the mark returned by the [MarkedFetcher] call that last
+	// fetched this partition, or empty. Stores without marks ignore it.
+	Mark string
 }
 
 // RecordRef names a stored record without its payload.
@@ -121,6 +124,22 @@ type Store interface {
 	// applied; Settle applies the others and returns a *[FencedError]
 	// listing the refused leases.
 	Settle(ctx context.Context, node string, settlements []Settlement) error
+}
+
+// MarkedFetcher is implemented by stores whose Seq can be assigned in an
+// order other than commit order (a PostgreSQL sequence: a transaction may
+// take a number, then commit after a transaction that took a higher one).
+// A cursor alone would skip such a record; a mark closes the gap.
+//
+// FetchMarked returns what Fetch returns and, for each cursor with a Mark,
+// first the unpublished records with Seq <= After that were not yet
+// visible to the fetch that returned Mark (they committed after it). Per
+// partition the records come in Seq order. It also returns the mark of
+// this fetch (in PostgreSQL, its snapshot), to pass in the next cursors of
+// the same partitions. The relay uses FetchMarked instead of Fetch when a
+// store implements it.
+type MarkedFetcher interface {
+	FetchMarked(ctx context.Context, cursors []Cursor, limit int) (recs []Record, mark string, err error)
 }
 
 // UnorderedStore is implemented by stores that support Ordering "none", the

@@ -40,7 +40,8 @@ type partState struct {
 	lease      Lease
 	validUntil time.Time
 	cursor     int64     // highest Seq fetched
-	pending    []*Record // fetched, not in flight, in Seq order
+	mark       string    // the MarkedFetcher mark of the fetch that set cursor
+	pending    []*Record // fetched, not in flight, in commit (fetch) order
 	busy       map[string]bool
 	inflight   map[string]*Record // by ID
 	settling   map[string]bool    // IDs settled in memory, not yet in the store
@@ -238,7 +239,7 @@ func (w *worker) refill(ctx context.Context) {
 		if ps.caughtUp && !w.fetchNeeded && !poll {
 			continue
 		}
-		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor})
+		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
 	}
 	if len(cursors) == 0 {
 		return
@@ -247,7 +248,14 @@ func (w *worker) refill(ctx context.Context) {
 	w.lastFetch = now
 	limit := cfg.FetchSize / 2
 	fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
-	recs, err := w.r.store.Fetch(fctx, cursors, limit)
+	var recs []Record
+	var mark string
+	var err error
+	if mf, ok := w.r.store.(MarkedFetcher); ok {
+		recs, mark, err = mf.FetchMarked(fctx, cursors, limit)
+	} else {
+		recs, err = w.r.store.Fetch(fctx, cursors, limit)
+	}
 	cancel()
 	if err != nil {
 		w.storeFailed("fetch", err)
@@ -259,7 +267,15 @@ func (w *worker) refill(ctx context.Context) {
 	for i := range recs {
 		rec := &recs[i]
 		ps := w.parts[rec.Partition]
-		if ps == nil || rec.Seq <= ps.cursor {
+		if ps == nil {
+			continue
+		}
+		if rec.Seq <= ps.cursor {
+			// Committed below the cursor after the last fetch: it comes
+			// after everything fetched before, whatever its Seq.
+			if !ps.known(rec.ID) {
+				ps.pending = append(ps.pending, rec)
+			}
 			continue
 		}
 		counts[rec.Partition]++
@@ -269,6 +285,7 @@ func (w *worker) refill(ctx context.Context) {
 	for _, c := range cursors {
 		if ps := w.parts[c.Partition]; ps != nil {
 			ps.caughtUp = counts[c.Partition] < limit
+			ps.mark = mark
 		}
 	}
 }
@@ -340,8 +357,8 @@ func (w *worker) sweep(ctx context.Context) {
 		if ps == nil || rec.Seq > ps.cursor || ps.known(rec.ID) {
 			continue
 		}
-		w.r.log.Debug("late record", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
-		ps.insertPending(rec)
+		w.r.log.Warn("late record found by the sweep", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
+		ps.pending = append(ps.pending, rec)
 	}
 }
 
@@ -357,21 +374,13 @@ func (ps *partState) known(id string) bool {
 	return false
 }
 
-// insertPending puts rec back in Seq order.
-func (ps *partState) insertPending(rec *Record) {
-	i, _ := slices.BinarySearchFunc(ps.pending, rec.Seq, func(a *Record, seq int64) int {
-		switch {
-		case a.Seq < seq:
-			return -1
-		case a.Seq > seq:
-			return 1
-		}
-		return 0
-	})
-	ps.pending = slices.Insert(ps.pending, i, rec)
+// requeue puts a failed record back at the front: it is the earliest
+// record of its key, and every later one of that key waits behind it.
+func (ps *partState) requeue(rec *Record) {
+	ps.pending = slices.Insert(ps.pending, 0, rec)
 }
 
-// build picks the next batch: for each key only its earliest pending record,
+// build picks the next batch: for each key only its first pending record,
 // and only when no record of that key is in flight and it is due.
 // Partitions whose lease would not outlive a publish are left alone.
 func (w *worker) build(now time.Time) []*Record {
@@ -466,8 +475,8 @@ func (w *worker) handle(res publishResult) {
 		w.settleN++
 		ps.settling[rec.ID] = true
 		if outcomes[i] == outcomeRetry {
-			// Retry later: back in Seq order, holding back its key.
-			ps.insertPending(rec)
+			// Retry later, holding back its key.
+			ps.requeue(rec)
 		}
 	}
 	if kept < len(res.recs) {

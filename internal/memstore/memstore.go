@@ -7,9 +7,11 @@ package memstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ type Store struct {
 	partitions int
 	now        func() time.Time
 	seq        int64
+	commits    int64
 	msgs       map[string]*entry // unpublished, by ID
 	dead       map[string]outbox.DeadLetter
 	leases     []lease
@@ -37,8 +40,9 @@ type Store struct {
 }
 
 type entry struct {
-	rec     outbox.Record
-	visible bool // committed
+	rec      outbox.Record
+	visible  bool  // committed
+	commitNo int64 // order of commit, for marks
 }
 
 type lease struct {
@@ -128,8 +132,9 @@ func (s *Store) Begin(msgs ...outbox.Message) (commit func(), err error) {
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
+		s.commits++
 		for _, e := range es {
-			e.visible = true
+			e.visible, e.commitNo = true, s.commits
 		}
 		subs := slices.Clone(s.subs)
 		s.mu.Unlock()
@@ -287,6 +292,42 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 	return out, nil
 }
 
+// FetchMarked implements outbox.MarkedFetcher: a mark is the number of
+// commits seen, and records below a cursor that committed after the mark
+// come first.
+func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit int) ([]outbox.Record, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("Fetch"); err != nil {
+		return nil, "", err
+	}
+	var out []outbox.Record
+	for _, c := range cursors {
+		var seen int64 = -1
+		if c.Mark != "" {
+			fmt.Sscan(c.Mark, &seen)
+		}
+		n := 0
+		for _, e := range s.sorted(c.Partition) {
+			late := e.rec.Seq <= c.After && seen >= 0 && e.commitNo > seen
+			if e.rec.Seq <= c.After && !late {
+				continue
+			}
+			if !late && n == limit {
+				break
+			}
+			r := e.rec
+			r.Payload = slices.Clone(r.Payload)
+			r.Headers = maps.Clone(r.Headers)
+			out = append(out, r)
+			if !late {
+				n++
+			}
+		}
+	}
+	return out, strconv.FormatInt(s.commits, 10), nil
+}
+
 func (s *Store) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbox.RecordRef, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -441,4 +482,5 @@ var (
 	_ outbox.Store          = (*Store)(nil)
 	_ outbox.UnorderedStore = (*Store)(nil)
 	_ outbox.Notifier       = (*Store)(nil)
+	_ outbox.MarkedFetcher  = (*Store)(nil)
 )
