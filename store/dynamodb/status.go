@@ -1,0 +1,157 @@
+package dynamodb
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/outboxrelay/outbox"
+)
+
+var _ outbox.StatusReader = (*Store)(nil)
+
+// Status is the store's status: the portable snapshot plus the requests
+// this Store has made so far, per DynamoDB operation.
+type Status struct {
+	outbox.Status
+	Requests map[string]OpStats `json:"requests"`
+}
+
+// DetailedStatus returns Status with the request statistics (Stats) of
+// this store, for `outbox status` and the benchmark.
+func (s *Store) DetailedStatus(ctx context.Context) (*Status, error) {
+	st, err := s.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Status{Status: *st, Requests: s.Stats()}, nil
+}
+
+// Status describes the backlog, leases and relays. It scans the whole
+// Outstanding index (keys only, in ScanConcurrency segments) to count per
+// topic and partition, so its cost grows with the backlog: about half a
+// read unit per 4 KB of index entries (~100 bytes each). It counts dead
+// letters with a Scan of DeadLettered (Select=COUNT), and reads the lease
+// and heartbeat items.
+func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
+	p, err := s.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &outbox.Status{Topics: []outbox.TopicCount{}, Relays: []outbox.RelayStatus{}}
+	perTopic := map[string]int64{}
+	perShard := make([]int64, p)
+	var oldest time.Time
+	var mu sync.Mutex
+	segments := s.opts.ScanConcurrency
+	err = parallel(ctx, segments, segments, func(ctx context.Context, seg int) error {
+		in := &dynamodb.ScanInput{
+			TableName:              s.table,
+			IndexName:              aws.String(s.opts.Indexes.Outstanding),
+			ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+		}
+		if segments > 1 {
+			in.Segment, in.TotalSegments = aws.Int32(int32(seg)), aws.Int32(int32(segments))
+		}
+		for {
+			out, err := s.client.Scan(ctx, in, s.callOpts...)
+			if err != nil {
+				return fmt.Errorf("dynamodb: scan %s: %w", s.opts.Indexes.Outstanding, err)
+			}
+			mu.Lock()
+			for _, item := range out.Items {
+				e := entryOf(item, attrOutstandingCreatedTime)
+				perTopic[e.Topic]++
+				if e.Shard >= 0 && e.Shard < p {
+					perShard[e.Shard]++
+				}
+				if oldest.IsZero() || e.Time.Before(oldest) {
+					oldest = e.Time
+				}
+			}
+			mu.Unlock()
+			if len(out.LastEvaluatedKey) == 0 {
+				return nil
+			}
+			in.ExclusiveStartKey = out.LastEvaluatedKey
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for topic, n := range perTopic {
+		st.Outstanding += n
+		st.Topics = append(st.Topics, outbox.TopicCount{Topic: topic, Count: n})
+	}
+	slices.SortFunc(st.Topics, func(a, b outbox.TopicCount) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Topic, b.Topic))
+	})
+	st.OldestCreatedAt = oldest
+
+	if st.DeadLetters, err = s.countIndex(ctx, s.opts.Indexes.DeadLettered); err != nil {
+		return nil, err
+	}
+
+	leases, err := s.readLeases(ctx, allPartitions(p))
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	held := map[string]int{}
+	for i := range p {
+		ps := outbox.PartitionStatus{Partition: i, Outstanding: perShard[i]}
+		if l, ok := leases[i]; ok {
+			ps.Epoch = l.epoch
+			if l.owner != "" && l.expiry.After(now) {
+				ps.Owner, ps.LeaseExpiresAt = l.owner, l.expiry
+				held[l.owner]++
+			}
+		}
+		st.Partitions = append(st.Partitions, ps)
+	}
+
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:              s.table,
+		Key:                    keyOf(nodesKey),
+		ConsistentRead:         aws.Bool(true),
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	}, s.callOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb: read relay heartbeats: %w", err)
+	}
+	live, _ := liveNodes(out.Item, now)
+	for node, exp := range live {
+		st.Relays = append(st.Relays, outbox.RelayStatus{Node: node, ExpiresAt: exp, Partitions: held[node]})
+	}
+	slices.SortFunc(st.Relays, func(a, b outbox.RelayStatus) int { return cmp.Compare(a.Node, b.Node) })
+	return st, nil
+}
+
+// countIndex counts the entries of an index with Scans of Select=COUNT.
+func (s *Store) countIndex(ctx context.Context, index string) (int64, error) {
+	var total int64
+	in := &dynamodb.ScanInput{
+		TableName:              s.table,
+		IndexName:              aws.String(index),
+		Select:                 types.SelectCount,
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	}
+	for {
+		out, err := s.client.Scan(ctx, in, s.callOpts...)
+		if err != nil {
+			return 0, fmt.Errorf("dynamodb: count %s: %w", index, err)
+		}
+		total += int64(out.Count)
+		if len(out.LastEvaluatedKey) == 0 {
+			return total, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
