@@ -1,0 +1,47 @@
+package backends
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outbox/store/postgres"
+)
+
+// PostgreSQL store: postgres://user:password@host:5432/db?sslmode=disable
+// (postgresql:// too). Every query parameter other than the outbox's own
+// (StoreParams) goes to pgx.
+func init() {
+	RegisterStore("postgres", openPostgres)
+	RegisterStore("postgresql", openPostgres)
+}
+
+// postgresStore adapts *postgres.Store, whose Close returns nothing. The
+// embedded pointer keeps every optional ability (UnorderedStore, Notifier,
+// Cleaner, StatusReader, DeadLetterStore) visible to type assertions.
+type postgresStore struct{ *postgres.Store }
+
+func (s postgresStore) Close() error {
+	s.Store.Close()
+	return nil
+}
+
+func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error) {
+	// Catch a malformed DSN (a bad sslmode, port or option) as a usage error
+	// before postgres.Open reports it as a connection failure.
+	if _, err := pgxpool.ParseConfig(u.String()); err != nil {
+		return nil, Invalid(StoreFlag, "is not a valid PostgreSQL URL: %v; want postgres://user:password@host:5432/dbname", err)
+	}
+	s, err := postgres.Open(ctx, u.String(), postgres.Options{
+		Schema:      o.Schema,
+		TablePrefix: o.TablePrefix,
+		Partitions:  o.Partitions,
+		MaxPayload:  o.MaxPayload,
+		Retention:   o.Retention,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return postgresStore{s}, nil
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/outboxrelay/outbox/internal/backends"
+)
+
+// storeFlags are the flags naming and shaping a store.
+type storeFlags struct {
+	url        string
+	schema     string
+	prefix     string
+	partitions int
+	retention  time.Duration
+}
+
+// storeFlagSet selects the optional store flags a command takes.
+type storeFlagSet struct {
+	partitions bool // migrate: P is fixed when the tables are created
+	retention  bool // relay: keep published messages a while
+}
+
+const storeExample = "postgres://user:password@localhost:5432/app"
+
+func (sf *storeFlags) add(fs *pflag.FlagSet, which storeFlagSet) {
+	fs.StringVar(&sf.url, "store", "", "outbox store URL, such as "+storeExample+" (query parameters schema, prefix, partitions, retention are read too)")
+	fs.StringVar(&sf.schema, "schema", "", "database schema of the outbox tables (default: the store's, public for PostgreSQL)")
+	fs.StringVar(&sf.prefix, "table-prefix", "", "prefix of the outbox table names (default: the store's, outbox for PostgreSQL)")
+	if which.partitions {
+		fs.IntVar(&sf.partitions, "partitions", 0, "partition count P, fixed when the tables are created (0: 64)")
+	}
+	if which.retention {
+		fs.DurationVar(&sf.retention, "retention", 0, "keep published messages this long before deleting them (0: delete on acknowledgement)")
+	}
+}
+
+// open checks the store flags and opens the store. Mistakes are usage
+// errors naming the flag.
+func (sf *storeFlags) open(ctx context.Context, a *app) (backends.Store, error) {
+	if sf.url == "" {
+		return nil, usagef("--store is required: give the outbox database URL, such as %s, or set %s", storeExample, envName("store"))
+	}
+	if sf.partitions < 0 {
+		return nil, usagef("%s must be between 1 and 4096 (0 for the default 64), got %d", a.flagRef("partitions"), sf.partitions)
+	}
+	if sf.retention < 0 {
+		return nil, usagef("%s must not be negative (0 deletes on acknowledgement), got %v", a.flagRef("retention"), sf.retention)
+	}
+	s, err := backends.OpenStore(ctx, sf.url, backends.StoreOptions{
+		Schema:      sf.schema,
+		TablePrefix: sf.prefix,
+		Partitions:  sf.partitions,
+		Retention:   sf.retention,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// timeoutFlag adds --timeout, the bound of a one-shot command.
+func timeoutFlag(fs *pflag.FlagSet, d *time.Duration) {
+	fs.DurationVar(d, "timeout", time.Minute, "give up after this long")
+}
+
+// withTimeout bounds ctx by a positive --timeout.
+func (a *app) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, error) {
+	if d <= 0 {
+		return nil, nil, usagef("%s must be positive, got %v", a.flagRef("timeout"), d)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	return ctx, cancel, nil
+}
+
+// closeStore closes s, logging a failure.
+func (a *app) closeStore(s backends.Store) {
+	if err := s.Close(); err != nil {
+		a.log.Warn("close store", "err", err)
+	}
+}
+
+// between checks an integer flag.
+func (a *app) between(name string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return usagef("%s must be between %d and %d, got %d", a.flagRef(name), lo, hi, v)
+	}
+	return nil
+}
+
+func (a *app) positiveDuration(name string, d time.Duration) error {
+	if d <= 0 {
+		return usagef("%s must be positive, got %v", a.flagRef(name), d)
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/backends"
+	outboxprom "github.com/outboxrelay/outbox/metrics/prometheus"
+)
+
+// HTTPAddrDefault is where `outbox relay` serves /healthz, /readyz and
+// /metrics unless --http-addr says otherwise.
+const HTTPAddrDefault = "127.0.0.1:9090"
+
+// httpShutdownTimeout bounds the HTTP server's graceful shutdown.
+const httpShutdownTimeout = 5 * time.Second
+
+type relayFlags struct {
+	store  storeFlags
+	broker string
+
+	maxInFlight   int
+	ackTimeout    time.Duration
+	subjectPrefix string
+
+	workers         int
+	batch           int
+	ordering        string
+	publishTimeout  time.Duration
+	leaseTTL        time.Duration
+	maxAttempts     int
+	shutdownTimeout time.Duration
+	pollInterval    time.Duration
+	node            string
+	httpAddr        string
+}
+
+const brokerExample = "nats://localhost:4222"
+
+func newRelayCommand(a *app) *cobra.Command {
+	var f relayFlags
+	cmd := &cobra.Command{
+		Use:   "relay --store URL --broker URL",
+		Short: "Run the relay: publish the outbox to the broker until stopped",
+		Long: `relay publishes the messages of the outbox to the broker until it gets SIGINT
+or SIGTERM; then it finishes and settles the batches in hand (bounded by
+--shutdown-timeout), hands its partitions back and exits 0. Run as many relay
+processes as you like: they share the partitions, and messages of one key are
+still published in commit order.
+
+While it runs it serves on --http-addr:
+  /healthz  200 while the process runs
+  /readyz   200 while the relay runs and reaches the store, 503 otherwise
+  /metrics  Prometheus metrics (outbox_published_total, …)
+Port 0 picks a free port; the address is logged ("http listening").`,
+		Example: `  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222
+  OUTBOX_STORE=postgres://… OUTBOX_BROKER=nats://… outbox relay --workers 8 --log-format json`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	f.store.add(fs, storeFlagSet{retention: true})
+	fs.StringVar(&f.broker, "broker", "", "broker URL, such as "+brokerExample)
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "publishes awaiting an acknowledgement, per publisher (0: the broker's default)")
+	fs.DurationVar(&f.ackTimeout, "ack-timeout", 0, "wait for one broker acknowledgement at most this long (0: the broker's default)")
+	fs.StringVar(&f.subjectPrefix, "subject-prefix", "", "put this right before every topic, usually ending with a dot (outbox. sends orders.created to outbox.orders.created)")
+	fs.IntVar(&f.workers, "workers", outbox.WorkersDefault, "batches built and published concurrently")
+	fs.IntVar(&f.batch, "batch", outbox.BatchSizeDefault, "messages per publish batch")
+	fs.StringVar(&f.ordering, "ordering", string(outbox.OrderingKey), "key: messages of one key in commit order (partition leases); none: no order, SKIP LOCKED claims")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", outbox.PublishTimeoutDefault, "bound of one publish batch")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", outbox.LeaseTTLDefault, "partition lease lifetime; must exceed 2 × --publish-timeout (default: the larger of 30s and 3 × --publish-timeout)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", outbox.ShutdownTimeoutDefault, "on SIGINT/SIGTERM, wait this long for the batches in hand")
+	fs.DurationVar(&f.pollInterval, "poll-interval", outbox.PollIntervalDefault, "look for new messages this often when no notification arrives")
+	fs.StringVar(&f.node, "node", "", "this relay's name in leases and status (default: hostname-pid-random)")
+	fs.StringVar(&f.httpAddr, "http-addr", HTTPAddrDefault, "serve /healthz, /readyz and /metrics here (host:port; port 0 picks one; empty disables)")
+
+	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
+		return a.runRelay(ctx, cmd, &f)
+	})
+	return cmd
+}
+
+// relayConfig turns the flags into an outbox.Config. A flag left at its
+// default leaves the field zero, so that the library derives it (LeaseTTL
+// from PublishTimeout, for one).
+func (a *app) relayConfig(cmd *cobra.Command, f *relayFlags) (outbox.Config, error) {
+	changed := func(name string) bool { return cmd.Flags().Changed(name) }
+	var cfg outbox.Config
+	ord, err := outbox.ParseOrdering(f.ordering)
+	if err != nil {
+		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("ordering"), outbox.OrderingKey, outbox.OrderingNone, f.ordering)
+	}
+	cfg.Ordering = ord
+	if err := a.between("workers", f.workers, 1, outbox.WorkersMax); err != nil {
+		return cfg, err
+	}
+	if err := a.between("batch", f.batch, 1, outbox.BatchSizeMax); err != nil {
+		return cfg, err
+	}
+	if err := a.between("max-attempts", f.maxAttempts, 1, outbox.MaxAttemptsMax); err != nil {
+		return cfg, err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"publish-timeout", f.publishTimeout}, {"lease-ttl", f.leaseTTL},
+		{"shutdown-timeout", f.shutdownTimeout}, {"poll-interval", f.pollInterval},
+	} {
+		if err := a.positiveDuration(d.name, d.v); err != nil {
+			return cfg, err
+		}
+	}
+	cfg.Workers = f.workers
+	cfg.BatchSize = f.batch
+	cfg.MaxAttempts = f.maxAttempts
+	cfg.ShutdownTimeout = f.shutdownTimeout
+	cfg.PollInterval = f.pollInterval
+	cfg.Node = f.node
+	if changed("publish-timeout") {
+		cfg.PublishTimeout = f.publishTimeout
+	}
+	if changed("lease-ttl") {
+		cfg.LeaseTTL = f.leaseTTL
+	}
+	cfg.Logger = a.log
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		return cfg, a.configError(err)
+	}
+	return cfg, nil
+}
+
+// configFieldFlags maps outbox.Config fields to the flags that set them.
+var configFieldFlags = map[string]string{
+	"Ordering":          "ordering",
+	"Workers":           "workers",
+	"BatchSize":         "batch",
+	"FetchSize":         "batch",
+	"PublishTimeout":    "publish-timeout",
+	"LeaseTTL":          "lease-ttl",
+	"HeartbeatInterval": "lease-ttl",
+	"PollInterval":      "poll-interval",
+	"MaxAttempts":       "max-attempts",
+	"ShutdownTimeout":   "shutdown-timeout",
+}
+
+var configFieldRe = regexp.MustCompile(`Config\.([A-Za-z]+)`)
+
+// configError turns an outbox.Config validation error into a usage error
+// naming the flag to change.
+func (a *app) configError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "outbox: ")
+	if m := configFieldRe.FindStringSubmatch(msg); m != nil {
+		if flag, ok := configFieldFlags[m[1]]; ok {
+			return usagef("%s: %s", a.flagRef(flag), msg)
+		}
+	}
+	return usagef("%s", msg)
+}
+
+func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (err error) {
+	// Check everything that can be checked before opening connections.
+	cfg, err := a.relayConfig(cmd, f)
+	if err != nil {
+		return err
+	}
+	if err := a.checkHTTPAddr(f.httpAddr); err != nil {
+		return err
+	}
+	if f.broker == "" {
+		return usagef("--broker is required: give the broker URL, such as %s, or set %s", brokerExample, envName("broker"))
+	}
+	if f.maxInFlight < 0 {
+		return usagef("%s must not be negative, got %d", a.flagRef("max-in-flight"), f.maxInFlight)
+	}
+	if f.ackTimeout < 0 {
+		return usagef("%s must not be negative, got %v", a.flagRef("ack-timeout"), f.ackTimeout)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hook, err := outboxprom.NewHook(reg)
+	if err != nil {
+		return err
+	}
+	cfg.Hook = hook
+
+	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
+	defer cancelOpen()
+	store, err := f.store.open(openCtx, a)
+	if err != nil {
+		return err
+	}
+	defer a.closeStore(store)
+	pub, err := backends.OpenPublisher(openCtx, f.broker, backends.BrokerOptions{
+		MaxInFlight:   f.maxInFlight,
+		AckTimeout:    f.ackTimeout,
+		SubjectPrefix: f.subjectPrefix,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := pub.Close(); cerr != nil {
+			a.log.Warn("close broker", "err", cerr)
+		}
+	}()
+
+	relay, err := outbox.NewRelay(store, pub, cfg)
+	if err != nil {
+		if errors.Is(err, outbox.ErrUnsupported) {
+			return usagef("%s: %v", a.flagRef("ordering"), err)
+		}
+		return a.configError(err)
+	}
+	cfg = relay.Config()
+
+	srv, err := a.serveHTTP(f.httpAddr, relay, reg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := srv.shutdown(httpShutdownTimeout); serr != nil {
+			a.log.Warn("http shutdown", "err", serr)
+		}
+	}()
+
+	// The relay must not die with ctx: a signal asks for a graceful Stop.
+	if err := relay.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start relay: %w", err)
+	}
+	a.log.Info("relay started", "node", cfg.Node, "ordering", cfg.Ordering, "workers", cfg.Workers,
+		"batch", cfg.BatchSize, "publish_timeout", cfg.PublishTimeout, "lease_ttl", cfg.LeaseTTL,
+		"max_attempts", cfg.MaxAttempts)
+
+	stoppedByItself := false
+	select {
+	case <-ctx.Done():
+		a.log.Info("stopping relay", "reason", context.Cause(ctx), "shutdown_timeout", cfg.ShutdownTimeout)
+	case <-relay.Done():
+		stoppedByItself = true
+	}
+	stopErr := relay.Stop()
+	st := relay.Stats()
+	a.log.Info("relay stopped", "published", st.Published, "failed", st.Failed, "dead_lettered", st.DeadLettered, "fenced", st.Fenced)
+	if stopErr != nil {
+		return fmt.Errorf("relay: %w", stopErr)
+	}
+	if stoppedByItself {
+		return errors.New("relay stopped unexpectedly")
+	}
+	return nil
+}

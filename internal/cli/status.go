@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxrelay/outbox"
+)
+
+func newStatusCommand(a *app) *cobra.Command {
+	var (
+		sf      storeFlags
+		asJSON  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status --store URL [--json]",
+		Short: "Show the backlog, dead letters and live relays of an outbox",
+		Long: `status shows how many messages wait in the outbox and how old the oldest one
+is, the backlog per topic and per partition (partitions with no backlog are
+left out of the table; --json lists them all), the dead-letter count, and the
+live relays with the partitions they lease.`,
+		Args: cobra.NoArgs,
+	}
+	sf.add(cmd.Flags(), storeFlagSet{})
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of tables")
+	timeoutFlag(cmd.Flags(), &timeout)
+	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
+		ctx, cancel, err := a.withTimeout(ctx, timeout)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		s, err := sf.open(ctx, a)
+		if err != nil {
+			return err
+		}
+		defer a.closeStore(s)
+		sr, ok := s.(outbox.StatusReader)
+		if !ok {
+			return usagef("the %s store cannot report its status; status needs a store such as postgres", storeScheme(sf.url))
+		}
+		st, err := sr.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("read status: %w", err)
+		}
+		now := a.env.Now()
+		if asJSON {
+			return writeStatusJSON(a.env.Stdout, st, now)
+		}
+		return writeStatusText(a.env.Stdout, st, now)
+	})
+	return cmd
+}
+
+// storeScheme returns the scheme of a store URL already accepted by
+// backends.OpenStore.
+func storeScheme(rawURL string) string {
+	for i := 0; i < len(rawURL); i++ {
+		if rawURL[i] == ':' {
+			return rawURL[:i]
+		}
+	}
+	return rawURL
+}
+
+// statusJSON is the --json form of a status: outbox.Status plus the age of
+// the oldest message.
+type statusJSON struct {
+	*outbox.Status
+	OldestAgeSeconds float64   `json:"oldest_age_seconds"`
+	At               time.Time `json:"at"`
+}
+
+func writeStatusJSON(w io.Writer, st *outbox.Status, now time.Time) error {
+	out := statusJSON{Status: st, At: now.UTC()}
+	if !st.OldestCreatedAt.IsZero() {
+		out.OldestAgeSeconds = max(0, now.Sub(st.OldestCreatedAt).Seconds())
+	}
+	// Empty lists as [] rather than null.
+	if st.Topics == nil {
+		st.Topics = []outbox.TopicCount{}
+	}
+	if st.Partitions == nil {
+		st.Partitions = []outbox.PartitionStatus{}
+	}
+	if st.Relays == nil {
+		st.Relays = []outbox.RelayStatus{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeStatusText(w io.Writer, st *outbox.Status, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "outstanding\t%d\n", st.Outstanding)
+	if st.OldestCreatedAt.IsZero() {
+		fmt.Fprintf(tw, "oldest\t-\n")
+	} else {
+		fmt.Fprintf(tw, "oldest\t%s (written %s)\n", age(now.Sub(st.OldestCreatedAt)), st.OldestCreatedAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(tw, "dead letters\t%d\n", st.DeadLetters)
+	fmt.Fprintf(tw, "live relays\t%d\n", len(st.Relays))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if len(st.Topics) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "TOPIC\tOUTSTANDING\n")
+		for _, t := range st.Topics {
+			fmt.Fprintf(tw, "%s\t%d\n", t.Topic, t.Count)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	var backlog []outbox.PartitionStatus
+	for _, p := range st.Partitions {
+		if p.Outstanding > 0 {
+			backlog = append(backlog, p)
+		}
+	}
+	if len(backlog) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "PARTITION\tOUTSTANDING\tOWNER\tEPOCH\tLEASE EXPIRES IN\n")
+		for _, p := range backlog {
+			owner, expires := "-", "-"
+			if p.Owner != "" {
+				owner = p.Owner
+				expires = age(p.LeaseExpiresAt.Sub(now))
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\n", p.Partition, p.Outstanding, owner, p.Epoch, expires)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if n := len(st.Partitions) - len(backlog); n > 0 {
+			fmt.Fprintf(w, "(%d partitions without backlog not shown; --json lists all)\n", n)
+		}
+	}
+
+	if len(st.Relays) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "RELAY\tPARTITIONS\tEXPIRES IN\n")
+		for _, r := range st.Relays {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Node, r.Partitions, age(r.ExpiresAt.Sub(now)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// age formats a duration for a table: rounded to what a person reads.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "expired"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
