@@ -177,4 +177,3 @@ func age(d time.Duration) string {
 		return d.Round(time.Second).String()
 	}
 }
-
