@@ -68,13 +68,10 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.client = opts.Client
 		return s, nil
 	}
-	var httpClient aws.HTTPClient = opts.HTTPClient
-	if httpClient == nil {
-		httpClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-			tr.MaxIdleConns = 2 * ConcurrencyMax
-			tr.MaxIdleConnsPerHost = ConcurrencyMax
-		})
-	}
+	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = 2 * ConcurrencyMax
+		tr.MaxIdleConnsPerHost = ConcurrencyMax
+	})
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(httpClient),
 		// Stores do not retry; the relay (or the caller) does.
@@ -91,7 +88,11 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("dynamodb: load AWS configuration: %w", err)
 	}
-	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok && opts.HTTPClient == nil {
+	if opts.HTTPClient != nil {
+		// Set after loading: the loader would try to configure its TLS
+		// (AWS_CA_BUNDLE), which only its own client type supports.
+		cfg.HTTPClient = opts.HTTPClient
+	} else if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
 		// The configured transport (with AWS_CA_BUNDLE and friends
 		// applied), in a client of ours so that Close can close its idle
 		// connections.
