@@ -92,18 +92,21 @@ func testUnordered(s *suite) {
 	if err := c2.Release(s.ctx); err != nil {
 		s.Errorf("Release after Settle: %v, want nil", err)
 	}
-	retry, dead := r3[0], r3[1]
+	retry, due, dead := r3[0], r3[1], r3[2]
 	next := time.Now().Add(time.Hour)
 	err := c3.Settle(s.ctx, outbox.Settlement{
-		Delivered: ids(r3[2:]),
-		Retry:     []outbox.Failure{{ID: retry.ID, Partition: retry.Partition, Attempts: 1, NextAttemptAt: next, Err: "later"}},
-		Dead:      []outbox.Failure{{ID: dead.ID, Partition: dead.Partition, Attempts: 2, Err: "never"}},
+		Delivered: ids(r3[3:]),
+		Retry: []outbox.Failure{
+			{ID: retry.ID, Partition: retry.Partition, Attempts: 1, NextAttemptAt: next, Err: "later"},
+			{ID: due.ID, Partition: due.Partition, Attempts: 4, NextAttemptAt: time.Now().Add(-time.Hour), Err: "due"},
+		},
+		Dead: []outbox.Failure{{ID: dead.ID, Partition: dead.Partition, Attempts: 2, Err: "never"}},
 	})
 	if err != nil {
 		s.Fatalf("claim Settle: %v", err)
 	}
 	left := s.fetch()
-	want := append(ids(r1), retry.ID)
+	want := append(ids(r1), retry.ID, due.ID)
 	slices.Sort(want)
 	if !slices.Equal(ids(left), want) {
 		s.Fatalf("after settling: records %v, want %v", ids(left), want)
@@ -111,10 +114,18 @@ func testUnordered(s *suite) {
 	if r := s.byID(left)[retry.ID]; r.Attempts != 1 || r.LastError != "later" || !sameInstant(r.NextAttemptAt, next) {
 		s.Errorf("retried record: Attempts %d, LastError %q, NextAttemptAt %v", r.Attempts, r.LastError, r.NextAttemptAt)
 	}
-	// A record waiting for its retry time is not claimed.
+	// A record waiting for its retry time is not claimed; a retried record
+	// whose time has come is.
 	c5 := claim(100)
-	if !slices.Equal(ids(c5.Records()), ids(r1)) {
-		s.Errorf("claim got %v, want %v without the record waiting for a retry", ids(c5.Records()), ids(r1))
+	want = append(ids(r1), due.ID)
+	slices.Sort(want)
+	if !slices.Equal(ids(c5.Records()), want) {
+		s.Errorf("claim got %v, want %v: the due retry but not the record waiting for its retry", ids(c5.Records()), want)
+	}
+	for _, r := range c5.Records() {
+		if r.ID == due.ID && (r.Attempts != 4 || r.LastError != "due") {
+			s.Errorf("claimed retry: Attempts %d, LastError %q; want 4, \"due\"", r.Attempts, r.LastError)
+		}
 	}
 	release(c5)
 	if dls, ok := s.s.(outbox.DeadLetterStore); ok {

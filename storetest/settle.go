@@ -170,4 +170,25 @@ func testSettleFenced(s *suite) {
 	if left := s.fetch(p); len(left) != 0 {
 		s.Errorf("new owner's delivery left %v", ids(left))
 	}
+
+	// The same node holding the partition again (a restart under the same
+	// name) is fenced off under its former epoch: the epoch alone decides.
+	if err := s.s.ReleaseLeases(s.ctx, a, []outbox.Lease{lq}); err != nil {
+		s.Fatalf("ReleaseLeases: %v", err)
+	}
+	again := s.acquire(a, nil, 1)
+	if len(again) != 1 || again[0].Partition != q || again[0].Epoch <= lq.Epoch {
+		s.Fatalf("%s re-took %v, want partition %d with an epoch above %d", a, again, q, lq.Epoch)
+	}
+	err = s.s.Settle(s.ctx, a, []outbox.Settlement{{Lease: lq, Delivered: []string{recsQ[1].ID}}})
+	if !errors.As(err, &fe) || !slices.Equal(fe.Leases, []outbox.Lease{lq}) {
+		s.Errorf("Settle under the node's former epoch: got %v, want a FencedError for %v", err, lq)
+	}
+	if got := s.fetch(q); !slices.Equal(ids(got), ids(recsQ[1:])) {
+		s.Errorf("settle under a former epoch changed partition %d: records %v, want %v", q, ids(got), ids(recsQ[1:]))
+	}
+	s.settle(a, outbox.Settlement{Lease: again[0], Delivered: []string{recsQ[1].ID}})
+	if left := s.fetch(q); len(left) != 0 {
+		s.Errorf("delivery under the current epoch left %v", ids(left))
+	}
 }
