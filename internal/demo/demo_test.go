@@ -1,0 +1,136 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// checkRun runs the demo with o and checks that every written message was
+// consumed once, in order, and that the output has the summary lines. It
+// returns the summary and the output.
+func checkRun(t *testing.T, o Options) (Summary, string) {
+	t.Helper()
+	var out bytes.Buffer
+	o.Out = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, err := Run(ctx, o)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if sum.Written == 0 || sum.Orders*eventsPerOrder != sum.Written {
+		t.Errorf("written %d messages for %d orders, want 3 per order and some", sum.Written, sum.Orders)
+	}
+	if sum.ConsumedUnique != sum.Written {
+		t.Errorf("consumed unique = %d, written = %d", sum.ConsumedUnique, sum.Written)
+	}
+	if sum.Published < sum.Written {
+		t.Errorf("published %d < written %d", sum.Published, sum.Written)
+	}
+	if sum.OrderViolations != 0 {
+		t.Errorf("order violations = %d", sum.OrderViolations)
+	}
+	if sum.Throughput <= 0 || sum.LatencyP50 <= 0 || sum.LatencyP99 < sum.LatencyP50 {
+		t.Errorf("throughput %v, latency p50 %v p99 %v", sum.Throughput, sum.LatencyP50, sum.LatencyP99)
+	}
+	text := out.String()
+	for _, re := range []string{
+		`(?m)^written: +` + strconv.FormatInt(sum.Written, 10) + `$`,
+		`(?m)^consumed unique: +` + strconv.FormatInt(sum.ConsumedUnique, 10) + `$`,
+		`(?m)^duplicates: +\d+$`,
+		`(?m)^order violations: 0$`,
+		`(?m)^throughput: +\d+ msg/s$`,
+		`(?m)^latency p50: +\S+$`,
+		`(?m)^latency p99: +\S+$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("output lacks a line matching %s", re)
+		}
+	}
+	return sum, text
+}
+
+// TestRunDefaults runs the demo on the embedded default (SQLite and NATS)
+// for 3 seconds at the CLI's default rate.
+func TestRunDefaults(t *testing.T) {
+	sum, out := checkRun(t, Options{Duration: 3 * time.Second, Rate: RateDefault})
+	if limit := int64(3*RateDefault + ProducersDefault); sum.Orders > limit {
+		t.Errorf("%d orders in 3s at %d orders/s, want at most %d", sum.Orders, RateDefault, limit)
+	}
+	if !strings.Contains(out, "SQLite (embedded") || !strings.Contains(out, "NATS JetStream (embedded)") {
+		t.Errorf("header does not name the embedded store and broker")
+	}
+	if strings.Contains(out, "\r") || !regexp.MustCompile(`(?m)^ +\d+\.\ds  orders \d+`).MatchString(out) {
+		t.Errorf("plain output should have periodic progress lines and no carriage returns")
+	}
+}
+
+// TestRunUnlimitedTerminal runs as fast as possible with one producer and
+// one relay worker, few keys, and the terminal progress line.
+func TestRunUnlimitedTerminal(t *testing.T) {
+	_, out := checkRun(t, Options{Duration: time.Second, Producers: 1, Workers: 1, Keys: 5, Terminal: true})
+	if !strings.Contains(out, "\r") {
+		t.Errorf("terminal output has no carriage return redraws")
+	}
+}
+
+// TestRunPostgres runs the demo on PostgreSQL: the outbox and the order
+// tables live in a schema of their own, dropped at the end.
+func TestRunPostgres(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	_, out := checkRun(t, Options{Store: dsn, Duration: 2 * time.Second, Rate: 500})
+	if !strings.Contains(out, "PostgreSQL (") {
+		t.Errorf("header does not name PostgreSQL")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var left []string
+	rows, err := conn.Query(ctx, "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'outbox_demo_%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("demo schemas left behind: %v", left)
+	}
+}
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		o     Options
+		field string
+	}{
+		{Options{Duration: -time.Second}, "Duration"},
+		{Options{Rate: -1}, "Rate"},
+		{Options{Keys: -1}, "Keys"},
+		{Options{Producers: ProducersMax + 1}, "Producers"},
+		{Options{Workers: -2}, "Workers"},
+		{Options{Store: "mysql://x"}, "Store"},
+		{Options{Broker: "amqp://guest:secret@x"}, "Broker"},
+	} {
+		_, err := Run(context.Background(), c.o)
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("Run(%+v) = %v, want an error naming %s", c.o, err, c.field)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("error %q shows a password", err)
+		}
+	}
+}

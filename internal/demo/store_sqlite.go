@@ -1,0 +1,164 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/store/sqlite"
+)
+
+// sqliteSchema is the order service's own tables.
+const sqliteSchema = `
+CREATE TABLE demo_customers (
+    id  TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL          -- the customer's last event sequence number
+) STRICT;
+CREATE TABLE demo_orders (
+    id         TEXT PRIMARY KEY,
+    customer   TEXT NOT NULL,
+    amount     INTEGER NOT NULL,
+    stage      INTEGER NOT NULL,  -- set by the producer to 0, advanced by the consumer
+    created_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE demo_processed (     -- the consumer's processed message IDs
+    id           TEXT PRIMARY KEY,
+    processed_at INTEGER NOT NULL
+) STRICT;
+`
+
+// sqliteOrders keeps everything in one SQLite file in a temporary
+// directory.
+type sqliteOrders struct {
+	dir string
+	s   *sqlite.Store
+	db  *sql.DB
+	log *slog.Logger
+}
+
+func openSQLite(ctx context.Context, log *slog.Logger) (*sqliteOrders, string, error) {
+	dir, err := os.MkdirTemp("", "outbox-demo-")
+	if err != nil {
+		return nil, "", fmt.Errorf("demo: create a temporary directory for the SQLite store: %w", err)
+	}
+	path := filepath.Join(dir, "demo.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", fmt.Errorf("demo: %w", err)
+	}
+	o := &sqliteOrders{dir: dir, s: s, db: s.DB(), log: log}
+	if err := s.Migrate(ctx); err != nil {
+		o.close()
+		return nil, "", fmt.Errorf("demo: %w", err)
+	}
+	if _, err := o.db.ExecContext(ctx, sqliteSchema); err != nil {
+		o.close()
+		return nil, "", fmt.Errorf("demo: create the order tables: %w", err)
+	}
+	return o, "SQLite (embedded, " + path + ")", nil
+}
+
+func (o *sqliteOrders) store() outbox.Store { return o.s }
+
+func (o *sqliteOrders) placeOrder(ctx context.Context, ord order) (err error) {
+	tx, err := o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	var last int64
+	if err := tx.QueryRowContext(ctx, `INSERT INTO demo_customers (id, seq) VALUES (?, ?)
+ON CONFLICT (id) DO UPDATE SET seq = seq + excluded.seq RETURNING seq`, ord.Customer, eventsPerOrder).Scan(&last); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO demo_orders (id, customer, amount, stage, created_at) VALUES (?, ?, ?, 0, ?)`,
+		ord.ID, ord.Customer, ord.Amount, time.Now().UnixNano()); err != nil {
+		return err
+	}
+	msgs, err := orderMessages(ord, last)
+	if err != nil {
+		return err
+	}
+	if err := o.s.Write(ctx, tx, msgs...); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func (o *sqliteOrders) apply(ctx context.Context, evs []event) (fresh map[string]bool, err error) {
+	tx, err := o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	fresh = make(map[string]bool, len(evs))
+	now := time.Now().UnixNano()
+	const chunk = 500
+	for i := 0; i < len(evs); i += chunk {
+		part := evs[i:min(i+chunk, len(evs))]
+		args := make([]any, 0, 2*len(part))
+		for _, e := range part {
+			args = append(args, e.id, now)
+		}
+		rows, err := tx.QueryContext(ctx, "INSERT INTO demo_processed (id, processed_at) VALUES "+
+			strings.TrimSuffix(strings.Repeat("(?, ?), ", len(part)), ", ")+
+			" ON CONFLICT (id) DO NOTHING RETURNING id", args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			fresh[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	stmt, err := tx.PrepareContext(ctx, "UPDATE demo_orders SET stage = max(stage, ?) WHERE id = ?")
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	for id, stage := range maxStages(evs, fresh) {
+		res, err := stmt.ExecContext(ctx, stage, id)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, err
+		} else if n != 1 {
+			return nil, fmt.Errorf("an event names order %s, which does not exist", id)
+		}
+	}
+	return fresh, tx.Commit()
+}
+
+func (o *sqliteOrders) close() {
+	if err := o.s.Close(); err != nil {
+		o.log.Warn("demo: close the SQLite store", "err", err)
+	}
+	if err := os.RemoveAll(o.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		o.log.Warn("demo: remove the temporary directory", "dir", o.dir, "err", err)
+	}
+}
