@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -181,20 +180,29 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 	return p, nil
 }
 
-// redactURLs hides the passwords of a comma-separated list of URLs.
+// redactURLs hides the credentials (password or token) of a comma-separated
+// list of URLs: everything between the scheme and the last '@', except a
+// user name followed by ':'. It does not rely on the URLs parsing.
 func redactURLs(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, s := range parts {
 		s = strings.TrimSpace(s)
-		if u, err := url.Parse(s); err == nil && u.User != nil {
-			if _, has := u.User.Password(); has {
-				s = u.Redacted()
-			} else {
-				u.User = url.User("xxxxx") // a token
-				s = u.String()
-			}
+		at := strings.LastIndex(s, "@")
+		if at < 0 {
+			parts[i] = s
+			continue
 		}
-		parts[i] = s
+		start := 0
+		if scheme := strings.Index(s, "://"); scheme >= 0 && scheme < at {
+			start = scheme + 3
+		}
+		userinfo := s[start:at]
+		if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
+			userinfo = user + ":xxxxx"
+		} else {
+			userinfo = "xxxxx" // a token
+		}
+		parts[i] = s[:start] + userinfo + s[at:]
 	}
 	return strings.Join(parts, ",")
 }

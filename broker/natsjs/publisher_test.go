@@ -1,0 +1,449 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/broker/natsjs"
+)
+
+func msg(topic, key string, payload []byte) *outbox.Message {
+	return &outbox.Message{ID: outbox.NewID(), Topic: topic, Key: key, Payload: payload, CreatedAt: time.Now()}
+}
+
+func publish(t *testing.T, p outbox.Publisher, msgs ...*outbox.Message) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := p.Publish(ctx, msgs)
+	if len(errs) != len(msgs) {
+		t.Fatalf("%d results for %d messages", len(errs), len(msgs))
+	}
+	return errs
+}
+
+func TestOptionsValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts  natsjs.Options
+		field string // "" = valid
+	}{
+		{natsjs.Options{}, ""},
+		{natsjs.Options{MaxInFlight: 1, AckTimeout: time.Millisecond, SubjectPrefix: "outbox."}, ""},
+		{natsjs.Options{SubjectPrefix: "prod-"}, ""},
+		{natsjs.Options{SubjectPrefix: "a.b_c.d-e."}, ""},
+		{natsjs.Options{MaxInFlight: -1}, "MaxInFlight"},
+		{natsjs.Options{MaxInFlight: natsjs.MaxInFlightMax + 1}, "MaxInFlight"},
+		{natsjs.Options{AckTimeout: -time.Second}, "AckTimeout"},
+		{natsjs.Options{AckTimeout: time.Microsecond}, "AckTimeout"},
+		{natsjs.Options{SubjectPrefix: ".outbox."}, "SubjectPrefix"},
+		{natsjs.Options{SubjectPrefix: "a..b."}, "SubjectPrefix"},
+		{natsjs.Options{SubjectPrefix: "outbox.*."}, "SubjectPrefix"},
+		{natsjs.Options{SubjectPrefix: "out box."}, "SubjectPrefix"},
+		{natsjs.Options{SubjectPrefix: "."}, "SubjectPrefix"},
+	} {
+		p, err := natsjs.New(fakeJS{}, tc.opts)
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("New(%+v): %v; want no error", tc.opts, err)
+		case tc.field != "" && (err == nil || !strings.Contains(err.Error(), tc.field)):
+			t.Errorf("New(%+v): error %v; want one naming %s", tc.opts, err, tc.field)
+		}
+		if p != nil {
+			p.Close()
+		}
+	}
+	if _, err := natsjs.New(nil, natsjs.Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	if _, err := natsjs.Dial("nats://127.0.0.1:1", natsjs.Options{MaxInFlight: -1}); err == nil || !strings.Contains(err.Error(), "MaxInFlight") {
+		t.Errorf("Dial with bad options: %v; want an error naming MaxInFlight", err)
+	}
+}
+
+// fakeJS satisfies jetstream.JetStream for option validation only.
+type fakeJS struct{ jetstream.JetStream }
+
+func TestDialUnreachable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	url := "nats://alice:s3cret@" + addr
+	_, err = natsjs.Dial(url, natsjs.Options{})
+	if err == nil {
+		t.Fatalf("Dial(%s) succeeded with no server", url)
+	}
+	if !strings.Contains(err.Error(), addr) {
+		t.Errorf("error %q does not name the address %s", err, addr)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error %q shows the password", err)
+	}
+}
+
+// TestHeadersOnTheWire checks the subject and every header as stored by
+// JetStream.
+func TestHeadersOnTheWire(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
+	topic := b.stream(t, nil)
+	m := msg(topic, "order-42", []byte("payload"))
+	m.Headers = map[string]string{"Content-Type": "text/plain", "x-lower": "kept as is"}
+	noKey := msg(topic, "", []byte("no key"))
+	for i, err := range publish(t, p, m, noKey) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stored, err := b.streamOf(t, topic).GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := testPrefix + topic; stored.Subject != want {
+		t.Errorf("subject %q; want %q", stored.Subject, want)
+	}
+	want := map[string]string{
+		"Nats-Msg-Id":       m.ID,
+		"Outbox-Id":         m.ID,
+		"Outbox-Key":        "order-42",
+		"Outbox-Created-At": m.CreatedAt.UTC().Format(time.RFC3339Nano),
+		"Content-Type":      "text/plain",
+		"x-lower":           "kept as is",
+	}
+	for k, v := range want {
+		if got := stored.Header.Values(k); len(got) != 1 || got[0] != v {
+			t.Errorf("header %s = %q; want [%q]", k, got, v)
+		}
+	}
+	if len(stored.Header) != len(want) {
+		t.Errorf("headers %v; want exactly %v", stored.Header, want)
+	}
+	ts, err := time.Parse(time.RFC3339Nano, stored.Header.Get("Outbox-Created-At"))
+	if err != nil || !ts.Equal(m.CreatedAt) {
+		t.Errorf("Outbox-Created-At parses to %v, %v; want %v", ts, err, m.CreatedAt)
+	}
+	second, err := b.streamOf(t, topic).GetMsg(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, has := second.Header["Outbox-Key"]; has {
+		t.Errorf("a message without key carries Outbox-Key %q", second.Header.Get("Outbox-Key"))
+	}
+}
+
+// TestDuplicateIsSuccessAndStoredOnce re-publishes one ID, in separate calls
+// and twice in one call: every result is nil and the stream holds it once.
+func TestDuplicateIsSuccessAndStoredOnce(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
+	topic := b.stream(t, func(c *jetstream.StreamConfig) { c.Duplicates = time.Minute })
+	m := msg(topic, "k", []byte("once"))
+	for range 2 {
+		if err := publish(t, p, m)[0]; err != nil {
+			t.Fatalf("re-publish: %v; want nil", err)
+		}
+	}
+	for i, err := range publish(t, p, m, m) {
+		if err != nil {
+			t.Fatalf("result %d of the same ID twice in one call: %v; want nil", i, err)
+		}
+	}
+	info, err := b.streamOf(t, topic).Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("the stream holds %d messages; want 1", info.State.Msgs)
+	}
+}
+
+// TestStreamLimitIsRetryable: a stream full with DiscardNew refuses the
+// rest of the batch with retryable errors.
+func TestStreamLimitIsRetryable(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
+	topic := b.stream(t, func(c *jetstream.StreamConfig) {
+		c.MaxMsgs = 5
+		c.Discard = jetstream.DiscardNew
+	})
+	var msgs []*outbox.Message
+	for i := range 8 {
+		msgs = append(msgs, msg(topic, fmt.Sprint("k", i), []byte("x")))
+	}
+	errs := publish(t, p, msgs...)
+	for i, err := range errs {
+		switch {
+		case i < 5 && err != nil:
+			t.Errorf("message %d: %v; want nil", i, err)
+		case i >= 5 && err == nil:
+			t.Errorf("message %d was accepted by a full stream", i)
+		case i >= 5 && outbox.IsPermanent(err):
+			t.Errorf("message %d: %v is permanent; a full stream is retryable", i, err)
+		case i >= 5 && !strings.Contains(err.Error(), "maximum messages"):
+			t.Errorf("message %d: %v; want it to say the maximum was reached", i, err)
+		}
+	}
+}
+
+// TestStreamMaxMsgSizeIsPermanent: a message over the stream's
+// max_msg_size (under the server's max_payload) fails permanently, alone.
+func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
+	topic := b.stream(t, func(c *jetstream.StreamConfig) { c.MaxMsgSize = 1000 })
+	errs := publish(t, p,
+		msg(topic, "a", []byte("small")),
+		msg(topic, "b", make([]byte, 2000)),
+		msg(topic, "c", []byte("small")))
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("small messages failed: %v, %v", errs[0], errs[2])
+	}
+	if !outbox.IsPermanent(errs[1]) || !strings.Contains(errs[1].Error(), "max_msg_size") {
+		t.Fatalf("message over max_msg_size: %v; want a permanent error naming max_msg_size", errs[1])
+	}
+}
+
+func TestNoStreamIsPermanentAndSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
+	err := publish(t, p, msg("nowhere.to.go", "", []byte("x")))[0]
+	if !outbox.IsPermanent(err) {
+		t.Fatalf("publish without stream: %v; want permanent", err)
+	}
+	for _, want := range []string{`"outbox.nowhere.to.go"`, "create a stream"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Errorf("error %q does not wrap jetstream.ErrNoStreamResponse", err)
+	}
+}
+
+// redirectJS publishes to "elsewhere."+subject, where no stream listens,
+// to simulate a stream that exists but does not answer.
+type redirectJS struct{ jetstream.JetStream }
+
+func (r redirectJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	m.Subject = "elsewhere." + m.Subject
+	return r.JetStream.PublishMsgAsync(m, opts...)
+}
+
+func TestNoResponderWithStreamIsRetryable(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p, err := natsjs.New(redirectJS{b.js}, natsjs.Options{SubjectPrefix: testPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	topic := b.stream(t, nil)
+	err = publish(t, p, msg(topic, "", []byte("x")))[0]
+	if err == nil || outbox.IsPermanent(err) {
+		t.Fatalf("no responder although a stream covers the subject: %v; want a retryable error", err)
+	}
+	if !strings.Contains(err.Error(), "did not answer") {
+		t.Errorf("error %q does not say the stream did not answer", err)
+	}
+}
+
+func TestJetStreamDisabledIsPermanent(t *testing.T) {
+	t.Parallel()
+	// A plain NATS server without JetStream (testenv's has JetStream).
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	p, err := natsjs.Dial(srv.ClientURL(), natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	err = publish(t, p, msg("orders", "", []byte("x")))[0]
+	if !outbox.IsPermanent(err) || !strings.Contains(err.Error(), "JetStream is not enabled") {
+		t.Fatalf("publish without JetStream: %v; want a permanent error saying JetStream is not enabled", err)
+	}
+}
+
+// TestAckTimeout: a plain subscriber that never answers takes the place of
+// a stream; without a deadline on ctx, Publish gives up after AckTimeout
+// with a retryable error.
+func TestAckTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	sub, err := b.nc.SubscribeSync(testPrefix + "silent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix, AckTimeout: 200 * time.Millisecond})
+	start := time.Now()
+	errs := p.Publish(context.Background(), []*outbox.Message{msg("silent", "", []byte("x"))})
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("Publish took %v with AckTimeout 200ms", took)
+	}
+	if errs[0] == nil || outbox.IsPermanent(errs[0]) {
+		t.Fatalf("unanswered publish: %v; want a retryable error", errs[0])
+	}
+	if !errors.Is(errs[0], context.DeadlineExceeded) && !errors.Is(errs[0], jetstream.ErrAsyncPublishTimeout) {
+		t.Errorf("unanswered publish: %v; want a timeout", errs[0])
+	}
+}
+
+// countingJS records the most async publishes awaiting acknowledgement
+// seen by PublishMsgAsync (including the one being made).
+type countingJS struct {
+	jetstream.JetStream
+	max atomic.Int64
+}
+
+func (c *countingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	n := int64(c.JetStream.PublishAsyncPending()) + 1
+	for {
+		cur := c.max.Load()
+		if n <= cur || c.max.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	return c.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// TestMaxInFlightBound: four concurrent calls share the MaxInFlight bound,
+// with a JetStream context that has no bound of its own.
+func TestMaxInFlightBound(t *testing.T) {
+	t.Parallel()
+	const maxInFlight = 8
+	b := newBroker(t)
+	js, err := jetstream.New(b.nc) // no PublishAsyncMaxPending
+	if err != nil {
+		t.Fatal(err)
+	}
+	cjs := &countingJS{JetStream: js}
+	p, err := natsjs.New(cjs, natsjs.Options{MaxInFlight: maxInFlight, SubjectPrefix: testPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	topic := b.stream(t, nil)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			msgs := make([]*outbox.Message, 500)
+			for i := range msgs {
+				msgs[i] = msg(topic, fmt.Sprintf("g%d-%d", g, i), []byte("x"))
+			}
+			for i, err := range p.Publish(context.Background(), msgs) {
+				if err != nil {
+					t.Errorf("goroutine %d, message %d: %v", g, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := cjs.max.Load()
+	if got > maxInFlight {
+		t.Fatalf("%d publishes awaited acknowledgement at once; MaxInFlight is %d", got, maxInFlight)
+	}
+	if got < 2 {
+		t.Fatalf("at most %d publish awaited acknowledgement at once: the batch was not pipelined", got)
+	}
+	t.Logf("most publishes in flight: %d (MaxInFlight %d)", got, maxInFlight)
+}
+
+// TestNewLeavesConnectionOpen: a Publisher from New does not close the
+// caller's connection; one from Dial closes its own.
+func TestNewLeavesConnectionOpen(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p, err := natsjs.New(b.js, natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b.nc.IsClosed() {
+		t.Fatal("Close closed the caller's connection")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := publish(t, p, msg("x", "", nil))[0]; !errors.Is(err, outbox.ErrClosed) {
+		t.Fatalf("Publish after Close: %v; want outbox.ErrClosed", err)
+	}
+}
+
+// TestCloseWaitsForPublish: Close returns only after a Publish in progress
+// has returned, and that Publish's acknowledged messages are stored.
+func TestCloseWaitsForPublish(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p, err := natsjs.Dial(b.url, natsjs.Options{SubjectPrefix: testPrefix}, natsOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := b.stream(t, nil)
+	msgs := make([]*outbox.Message, 2000)
+	for i := range msgs {
+		msgs[i] = msg(topic, fmt.Sprint("k", i), []byte("x"))
+	}
+	started := make(chan struct{})
+	done := make(chan []error, 1)
+	go func() {
+		close(started)
+		done <- p.Publish(context.Background(), msgs)
+	}()
+	<-started
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	errs := <-done
+	acked := 0
+	for _, err := range errs {
+		if err == nil {
+			acked++
+		} else if !errors.Is(err, outbox.ErrClosed) {
+			t.Fatalf("Publish racing Close: %v; want nil or ErrClosed", err)
+		}
+	}
+	info, err := b.streamOf(t, topic).Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(acked) {
+		t.Fatalf("%d messages acknowledged, %d stored", acked, info.State.Msgs)
+	}
+	t.Logf("%d of %d acknowledged before Close", acked, len(msgs))
+}
