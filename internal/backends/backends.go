@@ -485,3 +485,18 @@ func checkIdentifier(s string, maxLen int) error {
 	}
 	return nil
 }
+
+// CheckStoreURL reports the *ConfigError OpenStore would return for rawURL
+// and o, without any I/O, so that a command can check every flag before it
+// connects to anything.
+func CheckStoreURL(rawURL string, o StoreOptions) error {
+	_, _, _, err := prepareStore(rawURL, o)
+	return err
+}
+
+// CheckBrokerURL reports the *ConfigError OpenPublisher would return for
+// rawURL and o, without any I/O.
+func CheckBrokerURL(rawURL string, o BrokerOptions) error {
+	_, _, _, err := preparePublisher(rawURL, o)
+	return err
+}

@@ -38,28 +38,37 @@ func (sf *storeFlags) add(fs *pflag.FlagSet, which storeFlagSet) {
 	}
 }
 
-// open checks the store flags and opens the store. Mistakes are usage
-// errors naming the flag.
-func (sf *storeFlags) open(ctx context.Context, a *app) (backends.Store, error) {
-	if sf.url == "" {
-		return nil, usagef("--store is required: give the outbox database URL, such as %s, or set %s", storeExample, envName("store"))
-	}
-	if sf.partitions < 0 {
-		return nil, usagef("%s must be between 1 and 4096 (0 for the default 64), got %d", a.flagRef("partitions"), sf.partitions)
-	}
-	if sf.retention < 0 {
-		return nil, usagef("%s must not be negative (0 deletes on acknowledgement), got %v", a.flagRef("retention"), sf.retention)
-	}
-	s, err := backends.OpenStore(ctx, sf.url, backends.StoreOptions{
+// options returns the backends options of the flags.
+func (sf *storeFlags) options() backends.StoreOptions {
+	return backends.StoreOptions{
 		Schema:      sf.schema,
 		TablePrefix: sf.prefix,
 		Partitions:  sf.partitions,
 		Retention:   sf.retention,
-	})
-	if err != nil {
+	}
+}
+
+// check checks the store flags without any I/O. Mistakes are usage errors
+// naming the flag.
+func (sf *storeFlags) check(a *app) error {
+	if sf.url == "" {
+		return usagef("--store is required: give the outbox database URL, such as %s, or set %s", storeExample, envName("store"))
+	}
+	if sf.partitions < 0 {
+		return usagef("%s must be between 1 and 4096 (0 for the default 64), got %d", a.flagRef("partitions"), sf.partitions)
+	}
+	if sf.retention < 0 {
+		return usagef("%s must not be negative (0 deletes on acknowledgement), got %v", a.flagRef("retention"), sf.retention)
+	}
+	return backends.CheckStoreURL(sf.url, sf.options())
+}
+
+// open checks the store flags and opens the store.
+func (sf *storeFlags) open(ctx context.Context, a *app) (backends.Store, error) {
+	if err := sf.check(a); err != nil {
 		return nil, err
 	}
-	return s, nil
+	return backends.OpenStore(ctx, sf.url, sf.options())
 }
 
 // timeoutFlag adds --timeout, the bound of a one-shot command.

@@ -185,6 +185,17 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	if f.ackTimeout < 0 {
 		return usagef("%s must not be negative, got %v", a.flagRef("ack-timeout"), f.ackTimeout)
 	}
+	brokerOpts := backends.BrokerOptions{
+		MaxInFlight:   f.maxInFlight,
+		AckTimeout:    f.ackTimeout,
+		SubjectPrefix: f.subjectPrefix,
+	}
+	if err := f.store.check(a); err != nil {
+		return err
+	}
+	if err := backends.CheckBrokerURL(f.broker, brokerOpts); err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -201,11 +212,7 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		return err
 	}
 	defer a.closeStore(store)
-	pub, err := backends.OpenPublisher(openCtx, f.broker, backends.BrokerOptions{
-		MaxInFlight:   f.maxInFlight,
-		AckTimeout:    f.ackTimeout,
-		SubjectPrefix: f.subjectPrefix,
-	})
+	pub, err := backends.OpenPublisher(openCtx, f.broker, brokerOpts)
 	if err != nil {
 		return err
 	}
