@@ -375,7 +375,7 @@ func TestRelayDrainsBacklogAndServesHTTP(t *testing.T) {
 	}
 	r := mustRun(t, nil, "status", "--store", dsn)
 	if !regexp.MustCompile(`(?m)^outstanding\s+0$`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^` + node + `\s+8\s+\S+`).MatchString(r.stdout) {
+		!regexp.MustCompile(`(?m)^`+node+`\s+8\s+\S+`).MatchString(r.stdout) {
 		t.Fatalf("status text:\n%s", r.stdout)
 	}
 
