@@ -20,7 +20,9 @@ import (
 type Harness struct {
 	// Publisher is the publisher under test. The harness owns it: the
 	// function that built the harness closes it with t.Cleanup. The suite may
-	// call Close itself first, so Close must tolerate a second call.
+	// call Close itself first, so Close must tolerate a second call; after
+	// Close, Publish must fail every message with an error wrapping
+	// outbox.ErrClosed.
 	Publisher outbox.Publisher
 
 	// Topic returns a new topic routed to a destination that exists and can
@@ -654,6 +656,12 @@ func testRestart(t *testing.T, h Harness) {
 	firstDone := make(chan struct{})
 	var results []result
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	halt := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer halt() // also if Restart fails the test
 	wg.Go(func() {
 		for b := range maxBatches {
 			if b == 1 {
@@ -677,8 +685,7 @@ func testRestart(t *testing.T, h Harness) {
 	case <-waitChan(&wg):
 	}
 	h.Restart(t)
-	close(stop)
-	wg.Wait()
+	halt()
 
 	var acked []string
 	failed := map[string]bool{}
