@@ -28,6 +28,49 @@ func BenchmarkPublishBatch500x200B(b *testing.B) {
 	}
 }
 
+// BenchmarkRawAsyncPublishBatch500x200B is the baseline: the same batches
+// published with nats.go's PublishMsgAsync and PublishAsyncComplete directly,
+// without the Publisher's per-message results, bound and classification.
+func BenchmarkRawAsyncPublishBatch500x200B(b *testing.B) {
+	srv := testenv.NATS(b)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(natsjs.MaxInFlightDefault))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "bench", Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage, MaxMsgs: 1_000_000}); err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 200)
+	var published int
+	var elapsed time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		msgs := make([]*nats.Msg, 500)
+		for i := range msgs {
+			msgs[i] = &nats.Msg{Subject: "bench.orders", Data: payload, Header: nats.Header{
+				jetstream.MsgIDHeader: {outbox.NewID()}, outbox.HeaderKey: {fmt.Sprint("k", i)},
+			}}
+		}
+		b.StartTimer()
+		start := time.Now()
+		for _, m := range msgs {
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-js.PublishAsyncComplete()
+		elapsed += time.Since(start)
+		published += len(msgs)
+	}
+	b.ReportMetric(float64(published)/elapsed.Seconds(), "msgs/s")
+}
+
 func benchPublish(b *testing.B, batch, size, callers int) {
 	srv := testenv.NATS(b)
 	nc, err := nats.Connect(srv.ClientURL())
