@@ -693,3 +693,43 @@ func TestRelayExitsZeroOnSIGTERM(t *testing.T) {
 		t.Fatalf("child did not stop gracefully:\n%s", out)
 	}
 }
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	// The embedded default: SQLite and an embedded NATS server. The keys
+	// and producers come from the environment.
+	r := mustRun(t, map[string]string{"OUTBOX_KEYS": "10", "OUTBOX_PRODUCERS": "2"},
+		"demo", "--duration", "1s", "--rate", "300", "--workers", "2", "--json")
+	var sum struct {
+		Orders          int64 `json:"orders"`
+		Written         int64 `json:"written"`
+		ConsumedUnique  int64 `json:"consumed_unique"`
+		OrderViolations int64 `json:"order_violations"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
+		t.Fatalf("demo --json: %v\n%v", err, r)
+	}
+	if sum.Orders == 0 || sum.Written != 3*sum.Orders || sum.ConsumedUnique != sum.Written || sum.OrderViolations != 0 {
+		t.Fatalf("demo summary %+v", sum)
+	}
+	// The progress and the text summary went to stderr, without the
+	// terminal's redrawing.
+	if !strings.Contains(r.stderr, "order violations: 0") || !strings.Contains(r.stderr, "10 customers") || strings.Contains(r.stderr, "\x1b[K") {
+		t.Fatalf("demo stderr:\n%s", r.stderr)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--duration", "0s"}, "--duration must be positive"},
+		{[]string{"demo", "--keys", "0"}, "--keys must be between 1"},
+		{[]string{"demo", "--rate", "-5"}, "--rate must be 0"},
+		{[]string{"demo", "--store", "dynamodb://t"}, "--store: the demo runs on postgres://"},
+		{[]string{"demo", "--broker", "nats//x"}, "--broker"},
+	} {
+		if r := run(t, nil, tc.args...); r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("outbox %s: want exit 2 and %q: %v", strings.Join(tc.args, " "), tc.want, r)
+		}
+	}
+}

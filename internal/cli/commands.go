@@ -15,6 +15,6 @@ var commands = []func(*app) *cobra.Command{
 	newRelayCommand,
 	newStatusCommand,
 	newDLQCommand,
-	// newDemoCommand,
+	newDemoCommand,
 	// newBenchCommand,
 }
