@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"strings"
@@ -267,7 +268,7 @@ func testUnsettled(s *suite) {
 		}
 		return refs
 	}
-	refs := unsettled(recs[2].Seq)
+	refs := sortRefs(unsettled(recs[2].Seq))
 	want := []outbox.RecordRef{
 		{ID: recs[0].ID, Partition: p, Seq: recs[0].Seq},
 		{ID: recs[1].ID, Partition: p, Seq: recs[1].Seq},
@@ -282,7 +283,7 @@ func testUnsettled(s *suite) {
 	node := "unsettled-node"
 	l, _ := leaseOf(s.acquire(node, nil, s.p), p)
 	s.settle(node, outbox.Settlement{Lease: l, Delivered: []string{recs[1].ID}})
-	if refs := unsettled(recs[2].Seq); !slices.Equal(refs, []outbox.RecordRef{want[0], want[2]}) {
+	if refs := sortRefs(unsettled(recs[2].Seq)); !slices.Equal(refs, []outbox.RecordRef{want[0], want[2]}) {
 		s.Errorf("after delivering the 2nd record: Unsettled = %v, want %v", refs, []outbox.RecordRef{want[0], want[2]})
 	}
 	// Other partitions' cursors see nothing of p.
@@ -295,4 +296,13 @@ func testUnsettled(s *suite) {
 			s.Errorf("Unsettled of partition %d = %v, want none", q, refs)
 		}
 	}
+}
+
+// sortRefs sorts refs by partition and Seq: Unsettled promises no order.
+func sortRefs(refs []outbox.RecordRef) []outbox.RecordRef {
+	refs = slices.Clone(refs)
+	slices.SortFunc(refs, func(a, b outbox.RecordRef) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
+	})
+	return refs
 }

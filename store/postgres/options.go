@@ -20,9 +20,10 @@ const (
 	// TablePrefixDefault is the default prefix of the outbox table names.
 	TablePrefixDefault = "outbox"
 	// MaxTablePrefixLen bounds TablePrefix so that every derived name
-	// ("<prefix>_messages_published_idx" is the longest) fits PostgreSQL's
-	// 63-byte identifier limit.
-	MaxTablePrefixLen = 63 - len("_messages_published_idx")
+	// ("<prefix>_dead_letters_failed_idx" is the longest) fits PostgreSQL's
+	// 63-byte identifier limit instead of being truncated.
+	MaxTablePrefixLen = 63 - len(longestSuffix)
+	longestSuffix     = "_dead_letters_failed_idx"
 	// MaxPayloadLimit bounds Options.MaxPayload (a bytea holds at most 1 GiB).
 	MaxPayloadLimit = 256 << 20
 	// maxErrorLen bounds the last_error text stored for a failure.

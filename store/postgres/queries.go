@@ -101,15 +101,17 @@ WHERE l.partition = h.p AND l.epoch = h.e AND l.owner = $1`
 )
 DELETE FROM ` + n.relays + ` WHERE node = $1`
 
-	// Per-cursor LIMIT in one round trip. Plan (EXPLAIN, PostgreSQL 15):
+	// Per-cursor LIMIT in one round trip. Plan on a 100,000-record backlog
+	// (EXPLAIN, PostgreSQL 15; checked by TestQueryPlans):
 	//
 	//	Nested Loop
-	//	  -> Function Scan on unnest c
-	//	  -> Limit
-	//	       -> Index Scan using <prefix>_messages_pending_idx on <prefix>_messages x
-	//	            Index Cond: ((partition = c.p) AND (seq > c.after))
+	//	  ->  Function Scan on c
+	//	  ->  Limit
+	//	        ->  Index Scan using <prefix>_messages_pending_idx on <prefix>_messages x
+	//	              Index Cond: ((partition = c.p) AND (seq > c.after))
 	//
-	// (checked by TestFetchPlan).
+	// On small tables the planner may prefer a bitmap scan of the same index
+	// plus a sort, which is as cheap there.
 	q.fetch = `SELECT ` + recordColumns + `
 FROM unnest($1::integer[], $2::bigint[]) AS c(p, after)
 CROSS JOIN LATERAL (
@@ -119,8 +121,17 @@ CROSS JOIN LATERAL (
     LIMIT $3
 ) m`
 
-	// Same shape as fetch: an index scan on the pending index per cursor,
-	// Index Cond (partition = c.p) AND (seq <= c.after).
+	// Per cursor, the pending index (checked by TestQueryPlans):
+	//
+	//	Nested Loop
+	//	  ->  Function Scan on c
+	//	  ->  Sort (Sort Key: x.seq)
+	//	        ->  Bitmap Heap Scan on <prefix>_messages x
+	//	              ->  Bitmap Index Scan on <prefix>_messages_pending_idx
+	//	                    Index Cond: ((partition = c.p) AND (seq <= c.after))
+	//
+	// (or an Index Scan when few rows qualify). The rows below a cursor are
+	// few in steady state: late commits and records waiting for a retry.
 	q.unsettled = `SELECT m.id, m.partition, m.seq
 FROM unnest($1::integer[], $2::bigint[]) AS c(p, after)
 CROSS JOIN LATERAL (

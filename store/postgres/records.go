@@ -1,9 +1,11 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -74,7 +76,25 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 	if err != nil {
 		return nil, s.wrap("fetch", err)
 	}
+	inSeqOrder(recs)
 	return recs, nil
+}
+
+// inSeqOrder makes sure records are in Seq order within each partition. The
+// nested-loop plan returns them so; the query has no ORDER BY, which would
+// sort every fetched payload, so this checks in O(n) and sorts only if
+// ever needed.
+func inSeqOrder(recs []outbox.Record) {
+	last := make(map[int]int64)
+	for _, r := range recs {
+		if prev, ok := last[r.Partition]; ok && r.Seq <= prev {
+			slices.SortStableFunc(recs, func(a, b outbox.Record) int {
+				return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
+			})
+			return
+		}
+		last[r.Partition] = r.Seq
+	}
 }
 
 // Unsettled returns the references of the unpublished records of each

@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxrelay/outbox"
+)
+
+var _ outbox.MarkedFetcher = (*Store)(nil)
+
+// markedFetchSQL returns, per cursor, first the rows below the cursor that
+// the snapshot of the previous fetch (the cursor's mark) could not see,
+// then up to $4 rows above it, in seq order, and the statement's own
+// snapshot in every row (a LEFT JOIN keeps one row when nothing matches).
+// Plan (EXPLAIN, PostgreSQL 15): a Nested Loop over unnest, each side an
+// Index Scan on <prefix>_messages_pending_idx with Index Cond
+// (partition = c.p AND seq <= c.after) resp. (seq > c.after); the first
+// filters on pg_visible_in_snapshot, reading only the rows below the
+// cursor, which are the relay's records in hand.
+func markedFetchSQL(n names) string {
+	return `SELECT s.snap::text, ` + recordColumns + `
+FROM (SELECT pg_current_snapshot() AS snap) s
+LEFT JOIN LATERAL (
+    SELECT c.i, x.* FROM unnest($1::integer[], $2::bigint[], $3::text[]) WITH ORDINALITY AS c(p, after, mark, i)
+    CROSS JOIN LATERAL (
+        (SELECT * FROM ` + n.messages + ` y
+         WHERE c.mark <> '' AND y.partition = c.p AND y.seq <= c.after AND y.published_at IS NULL
+           AND y.txid >= pg_snapshot_xmin(c.mark::pg_snapshot)
+           AND NOT pg_visible_in_snapshot(y.txid, c.mark::pg_snapshot))
+        UNION ALL
+        (SELECT * FROM ` + n.messages + ` y
+         WHERE y.partition = c.p AND y.seq > c.after AND y.published_at IS NULL
+         ORDER BY y.seq
+         LIMIT $4)
+    ) x
+) m ON true
+ORDER BY m.i, m.seq`
+}
+
+// FetchMarked implements outbox.MarkedFetcher in one query: the records of
+// Fetch, preceded per cursor by the records that committed below After
+// after the fetch that returned the cursor's Mark. The returned mark is
+// the query's snapshot (pg_current_snapshot) as text.
+func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit int) ([]outbox.Record, string, error) {
+	if len(cursors) == 0 || limit <= 0 {
+		return nil, "", nil
+	}
+	if err := s.check("fetch"); err != nil {
+		return nil, "", err
+	}
+	parts, afters := cursorArrays(cursors)
+	marks := make([]string, len(cursors))
+	for i, c := range cursors {
+		marks[i] = c.Mark
+	}
+	rows, err := s.pool.Query(ctx, markedFetchSQL(s.n), parts, afters, marks, limit)
+	if err != nil {
+		return nil, "", s.wrap("fetch", err)
+	}
+	defer rows.Close()
+	var (
+		mark string
+		recs []outbox.Record
+	)
+	for rows.Next() {
+		var (
+			snap    string
+			id      pgtype.UUID
+			part    pgtype.Int4
+			seq     pgtype.Int8
+			r       outbox.Record
+			topic   pgtype.Text
+			key     pgtype.Text
+			headers *string
+			created pgtype.Timestamptz
+			att     pgtype.Int4
+			next    pgtype.Timestamptz
+			lastErr *string
+		)
+		if err := rows.Scan(&snap, &id, &part, &seq, &topic, &key, &r.Payload, &headers, &created, &att, &next, &lastErr); err != nil {
+			return nil, "", s.wrap("fetch", err)
+		}
+		mark = snap
+		if !id.Valid {
+			continue // the one row of an empty result
+		}
+		r.ID = formatUUID(id.Bytes)
+		r.Partition, r.Seq, r.Topic, r.Key = int(part.Int32), seq.Int64, topic.String, key.String
+		r.CreatedAt, r.Attempts = created.Time, int(att.Int32)
+		if headers != nil {
+			if err := json.Unmarshal([]byte(*headers), &r.Headers); err != nil {
+				return nil, "", fmt.Errorf("postgres: fetch: message %s: headers: %w", r.ID, err)
+			}
+		}
+		if next.Valid {
+			r.NextAttemptAt = next.Time
+		}
+		if lastErr != nil {
+			r.LastError = *lastErr
+		}
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		recs = append(recs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", s.wrap("fetch", err)
+	}
+	return recs, mark, nil
+}
