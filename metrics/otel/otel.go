@@ -1,0 +1,138 @@
+// Package outboxotel exports a relay's events as OpenTelemetry metrics,
+// through the metric API (go.opentelemetry.io/otel/metric); the application
+// chooses the SDK and exporter.
+//
+//	hook, err := outboxotel.NewHook(otel.GetMeterProvider())
+//	…
+//	relay, err := outbox.NewRelay(store, pub, outbox.Config{Hook: hook})
+//
+// # Instruments
+//
+// The meter is named [MeterName]. The instruments mirror package
+// outboxprom's metrics:
+//
+//	outbox.published        counter   {message}  attribute topic
+//	outbox.failed           counter   {message}  attribute topic; attempts to retry
+//	outbox.dead_lettered    counter   {message}  attribute topic
+//	outbox.fetched          counter   {record}
+//	outbox.settled          counter   {record}
+//	outbox.fenced           counter   {partition}
+//	outbox.store_errors     counter   {error}
+//	outbox.publish.duration histogram s          one record per published event
+//	outbox.fetch.duration   histogram s
+//	outbox.settle.duration  histogram s
+//	outbox.leases           gauge     {partition}
+//	outbox.lag              gauge     s          age of the oldest message of the last published batch
+//
+// The hook only records into the SDK's in-memory aggregations, so it never
+// waits on I/O; with the no-op provider it does nothing.
+package outboxotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// MeterName is the instrumentation scope of the meter NewHook creates.
+const MeterName = "github.com/outboxrelay/outbox"
+
+// DurationBoundaries are the histogram bucket boundaries, in seconds: 1 ms
+// to about 16 s, as in package outboxprom.
+var DurationBoundaries = []float64{0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384}
+
+type instruments struct {
+	published, failed, dead               metric.Int64Counter
+	fetched, settled, fenced, storeErrors metric.Int64Counter
+	publishDur, fetchDur, settleDur       metric.Float64Histogram
+	leases                                metric.Int64Gauge
+	lag                                   metric.Float64Gauge
+	topics                                sync.Map // topic → metric.MeasurementOption
+}
+
+// NewHook creates the outbox instruments on a meter of mp and returns the
+// hook that records into them, for outbox.Config.Hook. The hook is safe for
+// concurrent use and does not block.
+func NewHook(mp metric.MeterProvider) (outbox.Hook, error) {
+	if mp == nil {
+		return nil, errors.New("outboxotel: NewHook needs a non-nil metric.MeterProvider (otel.GetMeterProvider() for the global one)")
+	}
+	m := mp.Meter(MeterName)
+	var (
+		in   instruments
+		errs []error
+	)
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(DurationBoundaries...))
+		errs = append(errs, err)
+		return h
+	}
+	in.published = counter("outbox.published", "{message}", "Messages acknowledged by the broker.")
+	in.failed = counter("outbox.failed", "{message}", "Failed publish attempts that will be retried.")
+	in.dead = counter("outbox.dead_lettered", "{message}", "Messages moved to the dead letters.")
+	in.fetched = counter("outbox.fetched", "{record}", "Records read from the store.")
+	in.settled = counter("outbox.settled", "{record}", "Records settled in the store.")
+	in.fenced = counter("outbox.fenced", "{partition}", "Partitions lost to another relay while settling.")
+	in.storeErrors = counter("outbox.store_errors", "{error}", "Failed store calls; the relay retries them.")
+	in.publishDur = histogram("outbox.publish.duration", "Duration of Publish calls, one record per published event.")
+	in.fetchDur = histogram("outbox.fetch.duration", "Duration of store fetches.")
+	in.settleDur = histogram("outbox.settle.duration", "Duration of store settlements.")
+	var err error
+	in.leases, err = m.Int64Gauge("outbox.leases", metric.WithUnit("{partition}"), metric.WithDescription("Partition leases held by this relay."))
+	errs = append(errs, err)
+	in.lag, err = m.Float64Gauge("outbox.lag", metric.WithUnit("s"), metric.WithDescription("Age of the oldest message of the last published batch."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("outboxotel: create instruments: %w", err)
+	}
+	return in.hook, nil
+}
+
+// topic returns the measurement option carrying the topic attribute, built
+// once per topic.
+func (in *instruments) topic(t string) metric.MeasurementOption {
+	if o, ok := in.topics.Load(t); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o, _ := in.topics.LoadOrStore(t, metric.WithAttributeSet(attribute.NewSet(attribute.String("topic", t))))
+	return o.(metric.MeasurementOption)
+}
+
+func (in *instruments) hook(e outbox.Event) {
+	ctx := context.Background()
+	switch e.Kind {
+	case outbox.EventPublished:
+		in.published.Add(ctx, int64(e.Count), in.topic(e.Topic))
+		in.publishDur.Record(ctx, e.Duration.Seconds())
+	case outbox.EventFailed:
+		in.failed.Add(ctx, int64(e.Count), in.topic(e.Topic))
+	case outbox.EventDeadLettered:
+		in.dead.Add(ctx, int64(e.Count), in.topic(e.Topic))
+	case outbox.EventFetched:
+		in.fetched.Add(ctx, int64(e.Count))
+		in.fetchDur.Record(ctx, e.Duration.Seconds())
+	case outbox.EventSettled:
+		in.settled.Add(ctx, int64(e.Count))
+		in.settleDur.Record(ctx, e.Duration.Seconds())
+	case outbox.EventLeases:
+		in.leases.Record(ctx, int64(e.Count))
+	case outbox.EventFenced:
+		in.fenced.Add(ctx, int64(e.Count))
+	case outbox.EventStoreError:
+		in.storeErrors.Add(ctx, 1)
+	case outbox.EventLag:
+		in.lag.Record(ctx, e.Duration.Seconds())
+	}
+}
