@@ -42,6 +42,7 @@ func setup(t *testing.T, opts ...Options) *bundle {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
+	rememberServer(testenv.PostgresServerDSN(t))
 	dsn := testenv.PostgresDSN(t)
 	s, err := Open(ctx, dsn, o)
 	if err != nil {
