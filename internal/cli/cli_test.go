@@ -733,3 +733,27 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+func TestRelayOrderingNone(t *testing.T) {
+	t.Parallel()
+	dsn := migrated(t, 4)
+	ns := testenv.NATS(t)
+	st := stream(t, ns, "orders.>")
+	write(t, dsn, messages("orders.created", 40, 40))
+
+	// --http-addr "" serves nothing; the relay claims with SKIP LOCKED.
+	b := start(t, map[string]string{"OUTBOX_ORDERING": "none"}, "relay", "--store", dsn, "--broker", ns.ClientURL(), "--http-addr", "", "--poll-interval", "50ms")
+	poll(t, "the backlog to reach the stream", func() bool {
+		if code, ok := b.exited(); ok {
+			t.Fatalf("relay exited with %d:\n%s", code, b.stderr)
+		}
+		return streamMsgs(t, st) == 40
+	})
+	if code := b.stop(t); code != 0 {
+		t.Fatalf("relay exited %d:\n%s", code, b.stderr)
+	}
+	log := b.stderr.String()
+	if !strings.Contains(log, "ordering=none") || !strings.Contains(log, "http disabled") {
+		t.Fatalf("relay log:\n%s", log)
+	}
+}
