@@ -204,7 +204,7 @@ func allPartitions(n int) []int {
 // (Owner = node AND Epoch = epoch), reads every lease item with a
 // consistent BatchGetItem, then takes free or expired partitions, in
 // random order, with conditional UpdateItems (attribute_not_exists(Owner)
-// OR LeaseExpiry < now OR Owner = node) that increment the epoch, until it
+// OR LeaseExpiry < now) that increment the epoch, until it
 // has want more or none is left. Losing a race for a partition to another
 // node is not an error.
 func (s *Store) AcquireLeases(ctx context.Context, node string, held []outbox.Lease, want int, ttl time.Duration) ([]outbox.Lease, error) {
@@ -268,7 +268,7 @@ func (s *Store) takeLeases(ctx context.Context, node string, renewed []outbox.Le
 			continue
 		}
 		l, ok := leases[p]
-		if !ok || l.owner == "" || l.owner == node || !l.expiry.After(now) {
+		if !ok || l.owner == "" || !l.expiry.After(now) {
 			candidates = append(candidates, p)
 		}
 	}
@@ -284,8 +284,7 @@ func (s *Store) takeLeases(ctx context.Context, node string, renewed []outbox.Le
 				TableName:        s.table,
 				Key:              keyOf(leaseKey(p)),
 				UpdateExpression: aws.String("SET #owner = :me, #epoch = if_not_exists(#epoch, :zero) + :one, #exp = :exp, #shard = :p"),
-				ConditionExpression: aws.String(
-					"attribute_not_exists(#owner) OR #exp < :now OR #owner = :me"),
+				ConditionExpression: aws.String("attribute_not_exists(#owner) OR #exp < :now"),
 				ExpressionAttributeNames: map[string]string{
 					"#owner": attrOwner, "#epoch": attrEpoch, "#exp": attrLeaseExpiry, "#shard": attrShard,
 				},

@@ -264,3 +264,13 @@ func (s *Store) putMeta(ctx context.Context) error {
 	_, err = s.Partitions(ctx)
 	return err
 }
+
+// DropTable deletes the table and everything in it, for tests and
+// benchmarks. It does not wait for the deletion to finish.
+func (s *Store) DropTable(ctx context.Context) error {
+	_, err := s.client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: s.table}, s.callOpts...)
+	if err != nil {
+		return fmt.Errorf("dynamodb: delete table %s: %w", s.opts.Table, err)
+	}
+	return nil
+}

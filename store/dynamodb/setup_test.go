@@ -35,8 +35,8 @@ func newStore(t testing.TB, opts Options) *Store {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := s.client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(s.opts.Table)}); err != nil {
-			t.Errorf("delete table %s: %v", s.opts.Table, err)
+		if err := s.DropTable(ctx); err != nil {
+			t.Error(err)
 		}
 	})
 	return s
@@ -57,4 +57,9 @@ func mustWrite(t testing.TB, s *Store, msgs ...*outbox.Message) {
 			t.Fatalf("Write: %v", err)
 		}
 	}
+}
+
+// getItemInput reads one item consistently.
+func getItemInput(s *Store, id string) *dynamodb.GetItemInput {
+	return &dynamodb.GetItemInput{TableName: aws.String(s.opts.Table), Key: keyOf(id), ConsistentRead: aws.Bool(true)}
 }
