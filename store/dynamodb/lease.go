@@ -281,9 +281,9 @@ func (s *Store) takeLeases(ctx context.Context, node string, renewed []outbox.Le
 		err := parallel(ctx, len(try), s.opts.Concurrency, func(ctx context.Context, i int) error {
 			p := try[i]
 			out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName:        s.table,
-				Key:              keyOf(leaseKey(p)),
-				UpdateExpression: aws.String("SET #owner = :me, #epoch = if_not_exists(#epoch, :zero) + :one, #exp = :exp, #shard = :p"),
+				TableName:           s.table,
+				Key:                 keyOf(leaseKey(p)),
+				UpdateExpression:    aws.String("SET #owner = :me, #epoch = if_not_exists(#epoch, :zero) + :one, #exp = :exp, #shard = :p"),
 				ConditionExpression: aws.String("attribute_not_exists(#owner) OR #exp < :now"),
 				ExpressionAttributeNames: map[string]string{
 					"#owner": attrOwner, "#epoch": attrEpoch, "#exp": attrLeaseExpiry, "#shard": attrShard,
