@@ -122,8 +122,16 @@ func (s *Store) migrate(ctx context.Context, tx pgx.Tx, ms []migration) (int, er
 	}
 	// Statements without arguments run with the simple protocol, which
 	// accepts several statements at once.
-	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s.n.schema); err != nil {
-		return 0, fmt.Errorf("create schema: %w", err)
+	// CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the
+	// database even when the schema exists, so look first.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.opts.Schema).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("look for the schema: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s.n.schema); err != nil {
+			return 0, fmt.Errorf("create schema: %w", err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.n.migrations+` (
     version    integer PRIMARY KEY,

@@ -450,3 +450,32 @@ func TestLongNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscribeConnectionLost kills the listening backend: the channel must
+// close, so that the relay falls back to polling and subscribes again.
+func TestSubscribeConnectionLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ch, err := b.store.Subscribe(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed bool
+	err = b.store.Pool().QueryRow(b.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&killed)
+	if err != nil || !killed {
+		t.Fatalf("terminate the listening backend: %v, %v", killed, err)
+	}
+	timer := time.NewTimer(20 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-timer.C:
+			t.Fatal("the channel stayed open after the connection died")
+		}
+	}
+}

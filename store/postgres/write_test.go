@@ -87,6 +87,9 @@ func TestWriteInvalidWritesNothing(t *testing.T) {
 		{outbox.Message{Topic: "bad topic"}, "Topic"},
 		{outbox.Message{Topic: "ok", ID: "not-a-uuid"}, "ID"},
 		{outbox.Message{Topic: "ok", Headers: map[string]string{"Outbox-Id": "x"}}, "Headers"},
+		{outbox.Message{Topic: "ok", Key: "a\x00b"}, "Key"},
+		{outbox.Message{Topic: "ok", Headers: map[string]string{"h": "\xff"}}, "Headers"},
+		{outbox.Message{Topic: "ok", Headers: map[string]string{"h": "a\x00"}}, "Headers"},
 	}
 	for _, c := range cases {
 		tx, err := b.store.Pool().Begin(b.ctx)

@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -127,6 +129,9 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 		if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
 			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
 		}
+		if err := storable(&m); err != nil {
+			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
+		}
 		id, err := parseUUID(m.ID)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "ID", Reason: err.Error()})
@@ -198,4 +203,19 @@ func formatUUID(u [16]byte) string {
 	s[23] = '-'
 	hex.Encode(s[24:36], u[10:16])
 	return string(s[:])
+}
+
+// storable checks what outbox.Message.Validate allows but PostgreSQL text
+// and jsonb cannot hold exactly: NUL bytes in the key, and header values
+// that are not valid UTF-8 or hold NUL bytes.
+func storable(m *outbox.Message) error {
+	if strings.IndexByte(m.Key, 0) >= 0 {
+		return &outbox.ValidationError{Field: "Key", Reason: "contains a NUL byte, which PostgreSQL text cannot store"}
+	}
+	for k, v := range m.Headers {
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return &outbox.ValidationError{Field: "Headers", Reason: fmt.Sprintf("value of %q must be valid UTF-8 without NUL bytes to be stored in PostgreSQL", k)}
+		}
+	}
+	return nil
 }
