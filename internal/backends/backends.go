@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/url"
 	"slices"
@@ -90,6 +91,8 @@ type BrokerOptions struct {
 	// ending with a dot: "outbox." sends topic "orders.created" to
 	// "outbox.orders.created".
 	SubjectPrefix string
+	// Logger receives the publisher's connection events; nil discards them.
+	Logger *slog.Logger
 }
 
 // BrokerParams maps the broker URL query parameters the outbox reads to the

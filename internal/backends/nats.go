@@ -30,5 +30,6 @@ func openNATS(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publishe
 		MaxInFlight:   o.MaxInFlight,
 		AckTimeout:    o.AckTimeout,
 		SubjectPrefix: o.SubjectPrefix,
+		Logger:        o.Logger,
 	})
 }

@@ -189,6 +189,7 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		MaxInFlight:   f.maxInFlight,
 		AckTimeout:    f.ackTimeout,
 		SubjectPrefix: f.subjectPrefix,
+		Logger:        a.log,
 	}
 	if err := f.store.check(a); err != nil {
 		return err
