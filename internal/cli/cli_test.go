@@ -398,6 +398,7 @@ func TestStatusShowsBacklog(t *testing.T) {
 	write(t, dsn, messages("orders.paid", 2, 2))
 
 	r := mustRun(t, nil, "status", "--store", dsn)
+	t.Logf("status:\n%s", r.stdout)
 	for _, re := range []string{
 		`(?m)^outstanding\s+9$`,
 		`(?m)^oldest\s+\S+ \(written \d{4}-\d\d-\d\dT`,
@@ -474,6 +475,7 @@ func TestDLQListRequeuePurge(t *testing.T) {
 		LastError string          `json:"last_error"`
 		Payload   json.RawMessage `json:"payload"`
 	}
+	t.Logf("dlq list:\n%s", r.stdout)
 	r = mustRun(t, nil, "dlq", "list", "--store", dsn, "--topic", "nostream.created", "--json")
 	if err := json.Unmarshal([]byte(r.stdout), &dls); err != nil {
 		t.Fatalf("%v\n%s", err, r.stdout)
