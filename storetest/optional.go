@@ -367,3 +367,54 @@ func testSubscribe(s *suite) {
 		}
 	}
 }
+
+func testFetchMarked(s *suite) {
+	mf, ok := s.s.(outbox.MarkedFetcher)
+	if !ok {
+		s.Skip("the store does not implement outbox.MarkedFetcher")
+	}
+	key := "marked-key"
+	p := outbox.PartitionOf(key, s.p)
+	msgs := newMessages(5, "marked", key)
+	s.write(msgs...)
+	fetch := func(after int64, mark string, limit int) ([]outbox.Record, string) {
+		s.Helper()
+		recs, m, err := mf.FetchMarked(s.ctx, []outbox.Cursor{{Lease: outbox.Lease{Partition: p}, After: after, Mark: mark}}, limit)
+		if err != nil {
+			s.Fatalf("FetchMarked: %v", err)
+		}
+		s.checkSeqOrder(recs)
+		return recs, m
+	}
+	// Without a mark it is Fetch.
+	first, mark := fetch(0, "", 3)
+	plain, err := s.s.Fetch(s.ctx, s.cursors(p), 3)
+	if err != nil {
+		s.Fatalf("Fetch: %v", err)
+	}
+	if !slices.Equal(ids(first), ids(plain)) || len(first) != 3 || first[0].ID != msgs[0].ID {
+		s.Fatalf("FetchMarked without a mark = %v, want Fetch's %v (the first 3)", ids(first), ids(plain))
+	}
+	// With the mark, records below the cursor that the first fetch saw are
+	// not returned again.
+	next, mark := fetch(first[2].Seq, mark, 10)
+	if want := []string{msgs[3].ID, msgs[4].ID}; !slices.Equal(ids(next), sortedCopy(want)) {
+		s.Fatalf("FetchMarked after the 3rd record with the first mark = %v, want %v", ids(next), want)
+	}
+	// Records written after the mark, above the cursor, come next.
+	more := newMessages(2, "marked.more", key)
+	s.write(more...)
+	last, _ := fetch(next[len(next)-1].Seq, mark, 10)
+	if want := []string{more[0].ID, more[1].ID}; !slices.Equal(ids(last), sortedCopy(want)) {
+		s.Fatalf("FetchMarked after new writes = %v, want %v", ids(last), want)
+	}
+	if last[0].ID != more[0].ID {
+		s.Errorf("FetchMarked returned %v, want write order", ids(last))
+	}
+}
+
+func sortedCopy(ss []string) []string {
+	ss = slices.Clone(ss)
+	slices.Sort(ss)
+	return ss
+}

@@ -24,7 +24,10 @@
 // when the store implements them: outbox.UnorderedStore (concurrent claims
 // never overlap; released records come back), outbox.StatusReader (counts),
 // outbox.DeadLetterStore (list, filters, requeue, purge), outbox.Notifier (a
-// write signals). outbox.Cleaner is not checked: retention needs
+// write signals), outbox.MarkedFetcher (without a mark it is Fetch; a mark
+// does not bring back what its fetch saw; late commits below a cursor need
+// interleaved transactions, which a Harness cannot express: test them in
+// the store's own package). outbox.Cleaner is not checked: retention needs
 // store-specific configuration, so each store tests it itself.
 //
 // # What it assumes
@@ -94,6 +97,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Status", testStatus},
 		{"DeadLetters", testDeadLetters},
 		{"Subscribe", testSubscribe},
+		{"FetchMarked", testFetchMarked},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

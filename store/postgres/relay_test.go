@@ -360,6 +360,17 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now() FROM generate_ser
 		t.Errorf("fetch does not read %s in order:\n%s", idx, plan)
 	}
 	t.Logf("fetch:\n%s", plan)
+	var snap string
+	if err := b.store.Pool().QueryRow(b.ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, marks := range [][]string{{"", "", ""}, {snap, snap, snap}} {
+		plan = explain(markedFetchSQL(b.store.n), parts, afters, marks, outbox.FetchSizeDefault)
+		t.Logf("marked:\n%s", plan)
+		if strings.HasPrefix(plan, "Sort") || !strings.Contains(plan, "Index Scan using "+idx) || strings.Contains(plan, "Seq Scan") {
+			t.Errorf("FetchMarked sorts all rows or does not read %s in order:\n%s", idx, plan)
+		}
+	}
 	plan = explain(b.store.q.unsettled, parts, afters)
 	t.Logf("unsettled:\n%s", plan)
 	if !strings.Contains(plan, idx) || strings.Contains(plan, "Seq Scan") {
