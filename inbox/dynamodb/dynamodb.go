@@ -18,12 +18,13 @@
 // "DELETE #h[0]" is not valid syntax). DynamoDB rejects that pair too: the
 // paths #h and #h[0] overlap ("Two document paths overlap with each other";
 // dynalite, which follows DynamoDB's validation, says the same). The Window
-// writes instead
+// writes instead, with the condition size(#keys) = N AND NOT contains(#keys,
+// :key),
 //
-//	SET #keys[100000] = :key REMOVE #keys[0]
+//	SET #keys[N] = :key REMOVE #keys[0]
 //
-// Setting an index past the end of a list appends to it, and the two paths
-// do not overlap, so the list keeps its length N with the new key last.
+// Setting the index just past the end of the list appends to it, and the two
+// paths do not overlap, so the list keeps its length N with the new key last.
 //
 // # Keys
 //

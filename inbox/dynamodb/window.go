@@ -33,9 +33,6 @@ const (
 	// MaxWindow bounds WindowConfig.Size (a window of 10-byte keys in an
 	// empty item holds at most about 37,000).
 	MaxWindow = 50000
-	// appendIndex is past the end of any window: SET #keys[appendIndex]
-	// appends.
-	appendIndex = 100000
 )
 
 // reservedPrefix starts the expression names and values the Window uses.
@@ -51,9 +48,10 @@ type WindowConfig struct {
 	// Table is the table name. Required.
 	Table string
 	// Size is N, the number of recent keys each item keeps. Required; size
-	// it with [Capacity.Plan] (its Window). It is fixed when an item is
-	// created: a different Size later leaves existing items' windows as
-	// they are.
+	// it with [Capacity.Plan] (its Window). Items whose window has another
+	// length (after a change of Size) are resized on their next update:
+	// grown with placeholders at the old end, or shrunk by dropping the
+	// oldest keys.
 	Size int
 	// KeySize is the stored size of a key in bytes; default
 	// [KeySizeDefault], between [KeySizeMin] and [KeySizeMax].
@@ -203,9 +201,10 @@ func (w *Window) Apply(ctx context.Context, key Item, idempotencyKey string, u U
 	hashed := w.HashKey(idempotencyKey)
 	in := w.updateInput(key, hashed, &u)
 	pkName := slices.Sorted(maps.Keys(key))[0]
+	attempts := w.cfg.MaxAttempts
 
 	conditionFalse := 0 // rounds whose re-read suggests u.Condition was false
-	for range w.cfg.MaxAttempts {
+	for i := 0; i < attempts; i++ {
 		out, err := w.client.UpdateItem(ctx, in)
 		if err == nil {
 			return Result{Applied: true, Attributes: out.Attributes}, nil
@@ -225,12 +224,21 @@ func (w *Window) Apply(ctx context.Context, key Item, idempotencyKey string, u U
 			if err := w.create(ctx, key, pkName, u.Initial); err != nil {
 				return Result{}, err
 			}
+		case !hasKeys && old[w.cfg.KeysAttribute] != nil:
+			return Result{}, fmt.Errorf("inbox/dynamodb: attribute %q of the item holds a %T, not the list of keys: set WindowConfig.KeysAttribute to an unused name", w.cfg.KeysAttribute, old[w.cfg.KeysAttribute])
 		case !hasKeys:
 			if err := w.initWindow(ctx, key, pkName); err != nil {
 				return Result{}, err
 			}
 		case containsKey(keys.Value, hashed):
 			return Result{Applied: false, Attributes: old}, nil
+		case len(keys.Value) != w.cfg.Size:
+			if err := w.resize(ctx, key, len(keys.Value)); err != nil {
+				return Result{}, err
+			}
+			if i == 0 {
+				attempts++ // resizing is not a race
+			}
 		case u.Condition != "":
 			// With the atomic old item this is certain; after a re-read,
 			// believe it when it is seen twice.
@@ -265,12 +273,15 @@ func (w *Window) updateInput(key Item, hashed string, u *Update) *dynamodb.Updat
 		}
 		expr.WriteString(keyword + " " + strings.Join(all, ", "))
 	}
-	clause("SET", "#inbox_keys["+strconv.Itoa(appendIndex)+"] = :inbox_key", u.Set)
+	// The list holds Size keys (the condition checks it): setting index
+	// Size appends, removing index 0 drops the oldest.
+	clause("SET", "#inbox_keys["+strconv.Itoa(w.cfg.Size)+"] = :inbox_key", u.Set)
 	clause("REMOVE", "#inbox_keys[0]", u.Remove)
 	clause("ADD", "", u.Add)
 	clause("DELETE", "", u.Delete)
+	values[":inbox_size"] = &types.AttributeValueMemberN{Value: strconv.Itoa(w.cfg.Size)}
 
-	cond := "attribute_exists(#inbox_keys) AND NOT contains(#inbox_keys, :inbox_key)"
+	cond := "size(#inbox_keys) = :inbox_size AND NOT contains(#inbox_keys, :inbox_key)"
 	if u.Condition != "" {
 		cond += " AND (" + u.Condition + ")"
 	}
@@ -345,6 +356,41 @@ func (w *Window) initWindow(ctx context.Context, key Item, pkName string) error 
 	var ccf *types.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
 		return fmt.Errorf("inbox/dynamodb: add the window to an item in %s: %w", w.cfg.Table, err)
+	}
+	return nil
+}
+
+// resize brings a window of length n to Size: placeholders are added at the
+// old end, or the oldest keys dropped. Conditional on the length, so that a
+// concurrent resize or update makes it a no-op.
+func (w *Window) resize(ctx context.Context, key Item, n int) error {
+	in := &dynamodb.UpdateItemInput{
+		TableName:                aws.String(w.cfg.Table),
+		Key:                      key,
+		ConditionExpression:      aws.String("size(#inbox_keys) = :inbox_n"),
+		ExpressionAttributeNames: map[string]string{"#inbox_keys": w.cfg.KeysAttribute},
+		ExpressionAttributeValues: Item{
+			":inbox_n": &types.AttributeValueMemberN{Value: strconv.Itoa(n)},
+		},
+	}
+	if n < w.cfg.Size {
+		pads := make([]types.AttributeValue, w.cfg.Size-n)
+		for i := range pads {
+			pads[i] = &types.AttributeValueMemberS{Value: w.placeholder}
+		}
+		in.UpdateExpression = aws.String("SET #inbox_keys = list_append(:inbox_pads, #inbox_keys)")
+		in.ExpressionAttributeValues[":inbox_pads"] = &types.AttributeValueMemberL{Value: pads}
+	} else {
+		drop := make([]string, n-w.cfg.Size)
+		for i := range drop {
+			drop[i] = "#inbox_keys[" + strconv.Itoa(i) + "]"
+		}
+		in.UpdateExpression = aws.String("REMOVE " + strings.Join(drop, ", "))
+	}
+	_, err := w.client.UpdateItem(ctx, in)
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("inbox/dynamodb: resize the window of an item in %s from %d to %d keys: %w", w.cfg.Table, n, w.cfg.Size, err)
 	}
 	return nil
 }

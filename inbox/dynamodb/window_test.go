@@ -271,3 +271,61 @@ func TestWindowConfigAndUpdateErrors(t *testing.T) {
 		t.Errorf("HashKey = %q; want %d base64url characters", h, idyn.KeySizeDefault)
 	}
 }
+
+// TestWindowResize: after a change of Size, an item's window is grown with
+// placeholders or shrunk by its oldest keys on the next update.
+func TestWindowResize(t *testing.T) {
+	t.Parallel()
+	client, table := setup(t)
+	ctx := context.Background()
+	newWindow := func(size int) *idyn.Window {
+		w, err := idyn.NewWindow(client, idyn.WindowConfig{Table: table, Size: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	w5 := newWindow(5)
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		apply(t, w5, "r", k)
+	}
+	w3 := newWindow(3)
+	if apply(t, w3, "r", "e") {
+		t.Fatal("duplicate e applied through the smaller window")
+	}
+	if !apply(t, w3, "r", "f") {
+		t.Fatal("f not applied")
+	}
+	keys, err := w3.Keys(ctx, key("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{w3.HashKey("d"), w3.HashKey("e"), w3.HashKey("f")}; !slices.Equal(keys, want) {
+		t.Fatalf("shrunk window = %v; want d, e, f", keys)
+	}
+	w6 := newWindow(6)
+	if !apply(t, w6, "r", "g") || apply(t, w6, "r", "d") {
+		t.Fatal("after growing: want g applied and d refused")
+	}
+	keys, err = w6.Keys(ctx, key("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := w6.Placeholder()
+	if want := []string{p, p, w6.HashKey("d"), w6.HashKey("e"), w6.HashKey("f"), w6.HashKey("g")}; !slices.Equal(keys, want) {
+		t.Fatalf("grown window = %v; want 2 placeholders, d, e, f, g", keys)
+	}
+	if n := numberAttr(t, client, table, "r", "n"); n != 7 {
+		t.Fatalf("counter = %d; want 7", n)
+	}
+
+	// An attribute of the same name that is not a list is reported.
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: idyn.Item{
+		"pk": key("odd")["pk"], idyn.KeysAttributeDefault: &types.AttributeValueMemberS{Value: "oops"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w6.Apply(ctx, key("odd"), "k", increment); err == nil || !strings.Contains(err.Error(), "KeysAttribute") {
+		t.Fatalf("non-list keys attribute: err = %v; want an error naming KeysAttribute", err)
+	}
+}
