@@ -51,10 +51,12 @@
 //   - Per-key order: messages of a key share a shard and are fetched in Seq
 //     order. Seq comes from the writer's clock (README.md), so across
 //     writer processes order holds to their clock agreement. The relay's
-//     index is eventually consistent: Fetch re-reads every hit with a
-//     consistent BatchGetItem and drops messages already settled, so a
+//     index is eventually consistent and not updated in write order, so
+//     Fetch returns only messages written at least Options.FetchDelay (1 s)
+//     ago, by when earlier ones are visible too; it re-reads every hit with
+//     a consistent BatchGetItem and drops messages already settled, so a
 //     relay never publishes twice what it settled; a message the index
-//     shows late is found by Unsettled.
+//     shows later still is found by Unsettled.
 //   - Fencing: leases are items updated with conditions on owner, epoch and
 //     expiry. Settle checks the leases with one consistent read just before
 //     writing (a condition cannot span items without transactions); the

@@ -21,22 +21,30 @@ type shardRef struct {
 }
 
 // queryShard queries the Shard index (hash Shard, range OutstandingSeq) of
-// partition p for entries with OutstandingSeq > after (above) or ≤ after,
-// in Seq order, up to limit entries (0: all).
+// partition p for entries with OutstandingSeq > after (above; and written
+// at least FetchDelay ago) or ≤ after, in Seq order, up to limit entries
+// (0: all).
 func (s *Store) queryShard(ctx context.Context, p int, after int64, above bool, limit int) ([]shardRef, error) {
-	cond := "#shard = :p AND #seq > :after"
-	if !above {
-		cond = "#shard = :p AND #seq <= :after"
+	cond := "#shard = :p AND #seq <= :after"
+	values := map[string]types.AttributeValue{":p": num(int64(p)), ":after": num(after)}
+	if above {
+		cond = "#shard = :p AND #seq > :after"
+		if s.opts.FetchDelay > 0 {
+			upper := maxSeqAt(s.opts.Now().Add(-s.opts.FetchDelay))
+			if upper <= after {
+				return nil, nil // nothing old enough above the cursor
+			}
+			cond = "#shard = :p AND #seq BETWEEN :lo AND :hi"
+			values = map[string]types.AttributeValue{":p": num(int64(p)), ":lo": num(after + 1), ":hi": num(upper)}
+		}
 	}
 	in := &dynamodb.QueryInput{
-		TableName:                s.table,
-		IndexName:                aws.String(s.opts.Indexes.Shard),
-		KeyConditionExpression:   aws.String(cond),
-		ExpressionAttributeNames: map[string]string{"#shard": attrShard, "#seq": attrOutstandingSeq},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":p": num(int64(p)), ":after": num(after),
-		},
-		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+		TableName:                 s.table,
+		IndexName:                 aws.String(s.opts.Indexes.Shard),
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeNames:  map[string]string{"#shard": attrShard, "#seq": attrOutstandingSeq},
+		ExpressionAttributeValues: values,
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
 	}
 	var refs []shardRef
 	for {
@@ -69,6 +77,10 @@ func (s *Store) queryShard(ctx context.Context, p int, after int64, above bool, 
 // relay needs anyway for the payload: the index holds keys only.) A
 // message the index does not show yet is fetched later, by Fetch or, if
 // the cursor has moved past its Seq meanwhile, through Unsettled.
+//
+// Messages written less than Options.FetchDelay ago are held back (see
+// there): index entries do not appear in write order, and the delay makes
+// every message written before a fetched one visible to the same fetch.
 //
 // Fewer than limit records may come back when index entries were stale;
 // the relay fetches again.

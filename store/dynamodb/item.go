@@ -53,6 +53,9 @@ func nextSeq(now time.Time) int64 {
 	return seq
 }
 
+// maxSeqAt returns the largest Seq of a write at t (to the microsecond).
+func maxSeqAt(t time.Time) int64 { return t.UnixMicro()<<seqShift | (1<<seqShift - 1) }
+
 // SeqTime returns the write time encoded in a Seq.
 func SeqTime(seq int64) time.Time { return time.UnixMicro(seq >> seqShift) }
 

@@ -65,6 +65,12 @@ const (
 	// MaxItemSize is DynamoDB's item size limit.
 	MaxItemSize = 400 << 10
 
+	// FetchDelayDefault is how old (by its Seq) a message must be before
+	// the relay's Fetch returns it. See Options.FetchDelay.
+	FetchDelayDefault = time.Second
+	// FetchDelayNone disables the fetch delay (Options.FetchDelay).
+	FetchDelayNone time.Duration = -1
+
 	// RegionDefault is used with a custom Endpoint (dynalite, DynamoDB
 	// Local) when no region is configured.
 	RegionDefault = "us-east-1"
@@ -138,6 +144,17 @@ type Options struct {
 	// to delete them. Zero (the default): the relay deletes delivered
 	// messages with BatchWriteItem.
 	Retention time.Duration
+	// FetchDelay holds back, from the relay's Fetch, messages written less
+	// than FetchDelay ago (by their Seq and the store's clock). Global
+	// secondary indexes are updated asynchronously and not in write order:
+	// without a delay, a relay could see a key's second message before its
+	// first and publish them out of order. With a delay longer than the
+	// index lag, every message written before a fetched one is visible to
+	// that fetch. It adds that much latency. Default FetchDelayDefault
+	// (DynamoDB's index lag is normally well under a second);
+	// FetchDelayNone disables it (for dynalite, whose indexes are
+	// synchronous, or when order does not matter).
+	FetchDelay time.Duration
 	// Indexes names the global secondary indexes.
 	Indexes IndexNames
 	// MaxPayload bounds Message.Payload in bytes. Default MaxPayloadDefault;
@@ -187,6 +204,7 @@ func (o Options) WithDefaults() Options {
 	o.ScanConcurrency = cmp.Or(o.ScanConcurrency, ScanConcurrencyDefault)
 	o.PageSize = cmp.Or(o.PageSize, PageSizeDefault)
 	o.Indexes = o.Indexes.withDefaults()
+	o.FetchDelay = cmp.Or(o.FetchDelay, FetchDelayDefault)
 	o.MaxPayload = cmp.Or(o.MaxPayload, MaxPayloadDefault)
 	o.Concurrency = cmp.Or(o.Concurrency, ConcurrencyDefault)
 	o.UnprocessedAttempts = cmp.Or(o.UnprocessedAttempts, UnprocessedAttemptsDefault)
@@ -220,6 +238,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxOutstanding < 0 {
 		return fmt.Errorf("dynamodb: Options.MaxOutstanding must be 0 (no maximum) or positive, got %d", o.MaxOutstanding)
+	}
+	if o.FetchDelay < 0 && o.FetchDelay != FetchDelayNone {
+		return fmt.Errorf("dynamodb: Options.FetchDelay must be positive, or FetchDelayNone (-1) to disable it, got %v", o.FetchDelay)
 	}
 	if o.Retention < 0 {
 		return fmt.Errorf("dynamodb: Options.Retention must be 0 (delete delivered messages) or positive, got %v", o.Retention)
@@ -329,7 +350,8 @@ func durationParam(field func(*Options) *time.Duration) func(*Options, string) e
 // ParseURL parses dynamodb://TABLE?PARAM=VALUE&… into Options (without
 // defaults applied; New applies them and validates). Parameters:
 // endpoint, region, shards, scan_concurrency, page_size, max_outstanding,
-// max_payload, concurrency, retention (a Go duration) and the index names
+// max_payload, concurrency, retention and fetch_delay (Go durations;
+// fetch_delay=0 disables the delay) and the index names
 // outstanding_index, delivered_index, outstanding_all_topics_index,
 // delivered_all_topics_index, shard_index, dead_letter_index. Example:
 //
@@ -357,7 +379,7 @@ func ParseURL(rawURL string) (Options, error) {
 	for k, vs := range q {
 		set, ok := urlParams[k]
 		if !ok {
-			return o, fmt.Errorf("dynamodb: URL parameter %q is unknown; known: endpoint, region, shards, scan_concurrency, page_size, max_outstanding, max_payload, concurrency, retention, *_index", k)
+			return o, fmt.Errorf("dynamodb: URL parameter %q is unknown; known: endpoint, region, shards, scan_concurrency, page_size, max_outstanding, max_payload, concurrency, retention, fetch_delay, *_index", k)
 		}
 		if len(vs) != 1 {
 			return o, fmt.Errorf("dynamodb: URL parameter %q is given %d times; give it once", k, len(vs))

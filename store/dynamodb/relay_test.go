@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +205,58 @@ func entryIDs(es []Entry) []string {
 		out[i] = e.ID
 	}
 	return out
+}
+
+// TestFetchDelay checks that Fetch holds back messages younger than
+// FetchDelay (by their Seq and the store's clock), without even querying
+// when nothing above the cursor can be old enough.
+func TestFetchDelay(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	s := newStore(t, Options{Shards: 1, FetchDelay: time.Second, Now: now})
+	ctx := ctxT(t)
+	first := &outbox.Message{Topic: "t.delay", Key: "k"}
+	mustWrite(t, s, first)
+	advance(600 * time.Millisecond)
+	second := &outbox.Message{Topic: "t.delay", Key: "k"}
+	mustWrite(t, s, second)
+	leases, err := s.AcquireLeases(ctx, "n1", nil, 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(after int64) []string {
+		t.Helper()
+		recs, err := s.Fetch(ctx, []outbox.Cursor{{Lease: leases[0], After: after}}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(recs)
+	}
+	if got := fetch(0); len(got) != 0 {
+		t.Fatalf("Fetch 0.6s after the first write = %v, want nothing yet", got)
+	}
+	advance(500 * time.Millisecond) // first is 1.1s old, second 0.5s
+	if got := fetch(0); !slices.Equal(got, []string{first.ID}) {
+		t.Fatalf("Fetch 1.1s after the first write = %v, want only the first", got)
+	}
+	recs, _ := s.GetMany(ctx, []string{first.ID})
+	if got := fetch(recs[0].Seq); len(got) != 0 {
+		t.Fatalf("Fetch above the first = %v, want nothing yet", got)
+	}
+	advance(500 * time.Millisecond) // second is 1s old
+	if got := fetch(recs[0].Seq); !slices.Equal(got, []string{second.ID}) {
+		t.Fatalf("Fetch once the second is old enough = %v, want it", got)
+	}
+	// A cursor at the newest possible Seq of a second ago cannot have
+	// anything old enough above it: no request.
+	queries := s.Stats()["Query"].Requests
+	if got := fetch(maxSeqAt(now().Add(-time.Second))); len(got) != 0 {
+		t.Fatalf("Fetch above everything = %v", got)
+	}
+	if got := s.Stats()["Query"].Requests - queries; got != 0 {
+		t.Fatalf("%d Query requests for a fetch that cannot return anything, want 0", got)
+	}
 }

@@ -22,6 +22,10 @@ func newStore(t testing.TB, opts Options) *Store {
 	opts.Table = testenv.Name(t)
 	opts.Endpoint = testenv.Dynalite(t)
 	opts.Region = testenv.DynaliteRegion
+	if opts.FetchDelay == 0 {
+		// dynalite updates its indexes with the item: no lag to wait out.
+		opts.FetchDelay = FetchDelayNone
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := New(ctx, opts)
