@@ -111,19 +111,22 @@ func newQueries(o Options) queries {
 	// conflict arbiter the primary key index.
 	q.insert = `INSERT INTO ` + table + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 
-	// One batch of the retention cleanup, oldest first. Plan: Delete on the
-	// table -> Nested Loop -> (Limit -> LockRows -> Index Scan on
-	// <prefix>_inbox_processed_idx, Index Cond: processed_at < ...) and an
-	// Index Scan of the primary key. SKIP LOCKED keeps concurrent cleaners
-	// (and a late duplicate holding a row) from waiting on each other.
-	q.cleanup = `DELETE FROM ` + table + ` t
-USING (
-    SELECT consumer, message_id FROM ` + table + `
+	// One batch of the retention cleanup, oldest first, by row address so
+	// that the delete touches only the chosen rows (the rows are locked, so
+	// their ctid cannot change before the delete). SKIP LOCKED keeps
+	// concurrent cleaners, and a late duplicate holding a row, from waiting
+	// on each other. Plan (checked by TestCleanupPlan):
+	//   Delete on <prefix>_inbox
+	//     InitPlan: Limit -> LockRows -> Index Scan using
+	//       <prefix>_inbox_processed_idx (Index Cond: processed_at < ...)
+	//     -> Tid Scan on <prefix>_inbox (TID Cond: ctid = ANY ($0))
+	q.cleanup = `DELETE FROM ` + table + `
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + table + `
     WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY processed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-) old
-WHERE t.consumer = old.consumer AND t.message_id = old.message_id`
+))`
 	return q
 }
