@@ -33,7 +33,8 @@
 // # What it assumes
 //
 // Seq is positive, so a cursor with After 0 reads a partition from its
-// start. The store's clock is close to the test's (within a second) for
+// start. The store's payload limit is the default, outbox.MaxPayloadDefault
+// (a larger payload must be refused). The store's clock is close to the test's (within a second) for
 // CreatedAt set by Write. The store can hold three open claims and a few
 // other calls at once. Subtests run in parallel, each with its own harness.
 package storetest

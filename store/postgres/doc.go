@@ -14,7 +14,8 @@
 // [Store.Migrate] creates, in Options.Schema, the tables <prefix>_messages,
 // <prefix>_dead_letters, <prefix>_leases (one row per partition),
 // <prefix>_relays, <prefix>_meta (the partition count P) and
-// <prefix>_migrations (applied versions), from embedded, versioned SQL files.
+// <prefix>_migrations (applied versions), from embedded, versioned SQL files
+// (migrations/NNNN_name.sql), in one transaction under an advisory lock.
 // Schema and prefix are validated and quoted; every value is a bound
 // parameter. Only two narrow partial indexes exist on the messages besides
 // the primary key: (partition, seq) of pending records, and published_at of
@@ -23,7 +24,10 @@
 // # Relaying
 //
 // [Store] implements outbox.Store (partition leases with epochs, fetching per
-// partition in seq order, fenced settling), outbox.UnorderedStore (the
+// partition in seq order, fenced settling), outbox.MarkedFetcher (a fetch
+// that also returns rows committed late below a cursor, found through the
+// inserting transaction's ID and the previous fetch's snapshot),
+// outbox.UnorderedStore (the
 // seeds' FOR UPDATE SKIP LOCKED claim), outbox.Notifier (LISTEN),
 // outbox.Cleaner (retention), outbox.StatusReader and
 // outbox.DeadLetterStore. All expiry is judged by the database clock. Every
