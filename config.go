@@ -97,7 +97,9 @@ type Config struct {
 	// notification arrives.
 	PollInterval time.Duration
 	// SweepInterval is how often a worker looks below its cursors for
-	// records whose transaction committed late.
+	// records whose transaction committed late. With a store that
+	// implements MarkedFetcher (PostgreSQL), fetches already return them
+	// and the sweep runs at most every 30 s, as a safety net.
 	SweepInterval time.Duration
 	// MaxAttempts is how many failed publishes send a message to the dead
 	// letters. Permanent errors dead-letter at once.

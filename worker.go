@@ -11,6 +11,10 @@ import (
 // so the broker works on one batch while the worker settles and fetches.
 const maxBatchesInFlight = 2
 
+// markedSweepInterval is the least time between sweeps with a store that
+// implements MarkedFetcher, whose fetches already return late commits.
+const markedSweepInterval = 30 * time.Second
+
 // worker publishes the partitions p with p % Workers == index that the
 // relay holds. All of its state is owned by its goroutine.
 type worker struct {
@@ -27,6 +31,14 @@ type worker struct {
 	results  chan publishResult
 	settle   map[int]*Settlement // per partition, waiting to be written
 	settleN  int
+	// The settler goroutine writes one batch of settlements at a time, so
+	// the worker publishes on while the store deletes.
+	fetching  bool // a fetch is in flight
+	fetchedCh chan fetchResult
+
+	settleJobs  chan []Settlement
+	settleDone  chan settleResult
+	settlerBusy bool
 
 	lastSweep   time.Time
 	lastFetch   time.Time
@@ -48,6 +60,11 @@ type partState struct {
 	caughtUp   bool               // the last fetch returned everything there was
 }
 
+type settleResult struct {
+	batch  []Settlement
+	fenced []Lease
+}
+
 type publishResult struct {
 	recs []*Record
 	errs []error
@@ -56,27 +73,42 @@ type publishResult struct {
 
 func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 	return &worker{
-		r:       r,
-		index:   index,
-		wake:    wake,
-		parts:   map[int]*partState{},
-		results: make(chan publishResult, maxBatchesInFlight),
-		settle:  map[int]*Settlement{},
+		r:          r,
+		index:      index,
+		wake:       wake,
+		parts:      map[int]*partState{},
+		results:    make(chan publishResult, maxBatchesInFlight),
+		settle:     map[int]*Settlement{},
+		settleJobs: make(chan []Settlement),
+		fetchedCh:  make(chan fetchResult, 1),
+		settleDone: make(chan settleResult, 1),
 	}
 }
 
 // run loops until ctx ends, then finishes the publishes in flight and
 // settles them (unless killCtx ends first).
 func (w *worker) run(ctx, killCtx context.Context) {
-	r := w.r
+	settlerDone := make(chan struct{})
+	go func() {
+		defer close(settlerDone)
+		w.settler(killCtx)
+	}()
+	defer func() {
+		close(w.settleJobs)
+		<-settlerDone
+	}()
 	for {
 		w.syncLeases()
-		// Take results that are ready without waiting.
+		// Take what is ready without waiting.
 	drain:
 		for {
 			select {
 			case res := <-w.results:
 				w.handle(res)
+			case res := <-w.settleDone:
+				w.settled(res)
+			case res := <-w.fetchedCh:
+				w.fetched(res)
 			default:
 				break drain
 			}
@@ -84,10 +116,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		if ctx.Err() != nil {
 			break
 		}
+		w.startSettle()
 		now := time.Now()
-		if w.settleN > 0 && !now.Before(w.retryStore) {
-			w.flushSettlements(killCtx)
-		}
 		if now.Before(w.retryStore) {
 			// The store failed recently: wait before touching it again.
 		} else if w.inflight < maxBatchesInFlight {
@@ -106,6 +136,10 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		select {
 		case res := <-w.results:
 			w.handle(res)
+		case res := <-w.settleDone:
+			w.settled(res)
+		case res := <-w.fetchedCh:
+			w.fetched(res)
 		case <-w.wake:
 			w.fetchNeeded = true
 		case <-t.C:
@@ -114,18 +148,73 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		t.Stop()
 	}
 	// Shutdown: wait for what is in flight, then settle it.
-	for w.inflight > 0 {
+	for w.inflight > 0 || w.settlerBusy || w.settleN > 0 || w.fetching {
+		w.startSettle()
 		select {
 		case res := <-w.results:
 			w.handle(res)
+		case res := <-w.settleDone:
+			w.settled(res)
+		case <-w.fetchedCh:
+			w.fetching = false // shutting down: drop it
 		case <-killCtx.Done():
 			return
 		}
 	}
-	for w.settleN > 0 && killCtx.Err() == nil {
-		if !w.flushSettlements(killCtx) {
-			sleepCtx(killCtx, r.cfg.PollInterval)
+}
+
+// startSettle hands the queued settlements to the settler if it is idle.
+func (w *worker) startSettle() {
+	if w.settlerBusy || w.settleN == 0 {
+		return
+	}
+	batch := make([]Settlement, 0, len(w.settle))
+	for _, s := range w.settle {
+		if !s.Empty() {
+			batch = append(batch, *s)
 		}
+	}
+	clear(w.settle)
+	w.settleN = 0
+	w.settlerBusy = true
+	w.settleJobs <- batch
+}
+
+// settler writes settlement batches until its channel closes, retrying a
+// failed write with backoff until it succeeds or killCtx ends (the
+// messages then stay in the outbox and are published again later).
+func (w *worker) settler(killCtx context.Context) {
+	r := w.r
+	for batch := range w.settleJobs {
+		var fenced []Lease
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
+			start := time.Now()
+			err := r.store.Settle(ctx, r.cfg.Node, batch)
+			cancel()
+			var fe *FencedError
+			if err == nil || errors.As(err, &fe) {
+				if fe != nil {
+					fenced = fe.Leases
+				}
+				n := 0
+				for _, s := range batch {
+					n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
+				}
+				r.emit(Event{Kind: EventSettled, Count: n, Duration: time.Since(start)})
+				break
+			}
+			if killCtx.Err() != nil {
+				break
+			}
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			d := Backoff(attempt, r.cfg.PollInterval/4+time.Millisecond, r.cfg.HeartbeatInterval)
+			r.log.Warn("settle failed; retrying", "err", err, "attempt", attempt, "retry_in", d)
+			if !sleepCtx(killCtx, d) {
+				break
+			}
+		}
+		w.settleDone <- settleResult{batch: batch, fenced: fenced}
 	}
 }
 
@@ -135,10 +224,7 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
 	}
-	if w.settleN > 0 {
-		d = min(d, w.r.cfg.PollInterval)
-	}
-	if len(w.parts) > 0 {
+	if _, marked := w.r.store.(MarkedFetcher); len(w.parts) > 0 && !marked {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	for _, ps := range w.parts {
@@ -227,6 +313,9 @@ func (w *worker) storeOK() {
 
 // refill fetches records for partitions whose pending queue runs low.
 func (w *worker) refill(ctx context.Context) {
+	if w.fetching {
+		return
+	}
 	cfg := w.r.cfg
 	now := time.Now()
 	poll := now.Sub(w.lastFetch) >= cfg.PollInterval
@@ -246,33 +335,61 @@ func (w *worker) refill(ctx context.Context) {
 	}
 	w.fetchNeeded = false
 	w.lastFetch = now
+	w.fetching = true
 	limit := cfg.FetchSize / 2
-	fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
-	var recs []Record
-	var mark string
-	var err error
-	if mf, ok := w.r.store.(MarkedFetcher); ok {
-		recs, mark, err = mf.FetchMarked(fctx, cursors, limit)
-	} else {
-		recs, err = w.r.store.Fetch(fctx, cursors, limit)
-	}
-	cancel()
-	if err != nil {
-		w.storeFailed("fetch", err)
+	// The fetch runs beside the publishing; fetched applies its result.
+	go func() {
+		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
+		defer cancel()
+		res := fetchResult{cursors: cursors, limit: limit, start: now}
+		if mf, ok := w.r.store.(MarkedFetcher); ok {
+			res.recs, res.mark, res.err = mf.FetchMarked(fctx, cursors, limit)
+		} else {
+			res.recs, res.err = w.r.store.Fetch(fctx, cursors, limit)
+		}
+		w.fetchedCh <- res
+	}()
+}
+
+type fetchResult struct {
+	cursors []Cursor
+	limit   int
+	start   time.Time
+	recs    []Record
+	mark    string
+	err     error
+}
+
+// fetched applies a fetch: new records go to the back of their
+// partition's queue, in Seq order; records that committed below the
+// cursor since the last fetch come after everything fetched before.
+func (w *worker) fetched(res fetchResult) {
+	w.fetching = false
+	if res.err != nil {
+		w.storeFailed("fetch", res.err)
 		return
 	}
 	w.storeOK()
-	w.r.emit(Event{Kind: EventFetched, Count: len(recs), Duration: time.Since(now)})
+	w.r.emit(Event{Kind: EventFetched, Count: len(res.recs), Duration: time.Since(res.start)})
+	epochs := make(map[int]int64, len(res.cursors))
+	for _, c := range res.cursors {
+		epochs[c.Partition] = c.Epoch
+	}
+	current := func(p int) *partState {
+		ps := w.parts[p]
+		if ps == nil || ps.lease.Epoch != epochs[p] {
+			return nil // dropped, or taken again since: start afresh
+		}
+		return ps
+	}
 	counts := map[int]int{}
-	for i := range recs {
-		rec := &recs[i]
-		ps := w.parts[rec.Partition]
+	for i := range res.recs {
+		rec := &res.recs[i]
+		ps := current(rec.Partition)
 		if ps == nil {
 			continue
 		}
 		if rec.Seq <= ps.cursor {
-			// Committed below the cursor after the last fetch: it comes
-			// after everything fetched before, whatever its Seq.
 			if !ps.known(rec.ID) {
 				ps.pending = append(ps.pending, rec)
 			}
@@ -282,10 +399,10 @@ func (w *worker) refill(ctx context.Context) {
 		ps.cursor = rec.Seq
 		ps.pending = append(ps.pending, rec)
 	}
-	for _, c := range cursors {
-		if ps := w.parts[c.Partition]; ps != nil {
-			ps.caughtUp = counts[c.Partition] < limit
-			ps.mark = mark
+	for _, c := range res.cursors {
+		if ps := current(c.Partition); ps != nil {
+			ps.caughtUp = counts[c.Partition] < res.limit
+			ps.mark = res.mark
 		}
 	}
 }
@@ -298,6 +415,10 @@ func (w *worker) shouldSweep(now time.Time) bool {
 		return false
 	}
 	since := now.Sub(w.lastSweep)
+	if _, marked := w.r.store.(MarkedFetcher); marked {
+		// Marks already return late commits; the sweep is a safety net.
+		return since >= max(w.r.cfg.SweepInterval, markedSweepInterval)
+	}
 	if since >= w.r.cfg.SweepInterval {
 		return true
 	}
@@ -335,10 +456,16 @@ func (w *worker) sweep(ctx context.Context) {
 		w.storeFailed("unsettled", err)
 		return
 	}
+	pendingIDs := map[string]bool{}
+	for _, p := range w.order {
+		for _, rec := range w.parts[p].pending {
+			pendingIDs[rec.ID] = true
+		}
+	}
 	var late []Cursor
 	for _, ref := range refs {
 		ps := w.parts[ref.Partition]
-		if ps == nil || ref.Seq > ps.cursor || ps.known(ref.ID) {
+		if ps == nil || ref.Seq > ps.cursor || pendingIDs[ref.ID] || ps.inflight[ref.ID] != nil || ps.settling[ref.ID] {
 			continue
 		}
 		late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
@@ -354,9 +481,10 @@ func (w *worker) sweep(ctx context.Context) {
 	for i := range recs {
 		rec := &recs[i]
 		ps := w.parts[rec.Partition]
-		if ps == nil || rec.Seq > ps.cursor || ps.known(rec.ID) {
+		if ps == nil || rec.Seq > ps.cursor || pendingIDs[rec.ID] || ps.inflight[rec.ID] != nil || ps.settling[rec.ID] {
 			continue
 		}
+		pendingIDs[rec.ID] = true
 		w.r.log.Warn("late record found by the sweep", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
 		ps.pending = append(ps.pending, rec)
 	}
@@ -471,6 +599,10 @@ func (w *worker) handle(res publishResult) {
 			s = &Settlement{Lease: ps.lease}
 			w.settle[rec.Partition] = s
 		}
+		if len(s.Retry) > 0 {
+			// A retry queued earlier and not yet written is superseded.
+			s.Retry = slices.DeleteFunc(s.Retry, func(f Failure) bool { return f.ID == rec.ID })
+		}
 		outcomes[i] = w.r.outcome(rec, res.errs[i], now, s)
 		w.settleN++
 		ps.settling[rec.ID] = true
@@ -491,62 +623,38 @@ func (w *worker) handle(res publishResult) {
 	w.r.report(res.recs, outcomes, res.errs, res.took, now)
 }
 
-// flushSettlements writes the queued settlements; it reports success.
-// Fenced partitions are dropped.
-func (w *worker) flushSettlements(killCtx context.Context) bool {
-	if w.settleN == 0 {
-		return true
-	}
-	batch := make([]Settlement, 0, len(w.settle))
-	for _, s := range w.settle {
-		if !s.Empty() {
-			batch = append(batch, *s)
-		}
-	}
-	ctx, cancel := context.WithTimeout(killCtx, w.r.cfg.PublishTimeout)
-	start := time.Now()
-	err := w.r.store.Settle(ctx, w.r.cfg.Node, batch)
-	cancel()
-	var fe *FencedError
-	if err != nil && !errors.As(err, &fe) {
-		w.storeFailed("settle", err)
-		return false
-	}
-	w.storeOK()
-	fencedSet := map[int]bool{}
-	if fe != nil {
-		for _, l := range fe.Leases {
-			fencedSet[l.Partition] = true
-		}
-	}
-	n := 0
-	for _, s := range batch {
+// settled applies what the settler wrote: the records are out of the
+// store's outbox (or updated), and fenced partitions are dropped.
+func (w *worker) settled(res settleResult) {
+	w.settlerBusy = false
+	for _, s := range res.batch {
 		ps := w.parts[s.Partition]
-		if ps != nil && ps.lease.Epoch == s.Epoch {
-			for _, id := range s.Delivered {
-				delete(ps.settling, id)
-			}
-			for _, f := range s.Retry {
-				delete(ps.settling, f.ID)
-			}
-			for _, f := range s.Dead {
-				delete(ps.settling, f.ID)
-			}
+		if ps == nil || ps.lease.Epoch != s.Epoch {
+			continue
 		}
-		n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
-		delete(w.settle, s.Partition)
+		for _, id := range s.Delivered {
+			delete(ps.settling, id)
+		}
+		for _, f := range s.Retry {
+			delete(ps.settling, f.ID)
+		}
+		for _, f := range s.Dead {
+			delete(ps.settling, f.ID)
+		}
 	}
-	w.recount()
-	w.r.emit(Event{Kind: EventSettled, Count: n, Duration: time.Since(start)})
-	if fe != nil {
-		w.r.fenced.Add(int64(len(fe.Leases)))
-		w.r.emit(Event{Kind: EventFenced, Count: len(fe.Leases)})
-		w.r.log.Warn("partitions lost to another relay", "leases", fe.Leases)
-		for _, l := range fe.Leases {
-			w.r.dropLease(l)
+	if len(res.fenced) == 0 {
+		return
+	}
+	w.r.fenced.Add(int64(len(res.fenced)))
+	w.r.emit(Event{Kind: EventFenced, Count: len(res.fenced)})
+	w.r.log.Warn("partitions lost to another relay", "leases", res.fenced)
+	for _, l := range res.fenced {
+		w.r.dropLease(l)
+		if ps := w.parts[l.Partition]; ps != nil && ps.lease.Epoch == l.Epoch {
 			delete(w.parts, l.Partition)
+			delete(w.settle, l.Partition)
 		}
-		w.reorder()
 	}
-	return true
+	w.reorder()
+	w.recount()
 }
