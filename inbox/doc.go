@@ -38,6 +38,15 @@
 //     deleted runs again, so the window must outlast every redelivery (the
 //     broker's maximum redelivery delay and the relay's longest retry).
 //
+// # Batches
+//
+// A consumer that handles a batch of messages in one transaction calls
+// Record instead of Process: it records all the IDs in one statement and
+// reports which are new, and the consumer applies the effects of those only,
+// in the same transaction. Record sorts the IDs before inserting them, so
+// that concurrent batches with overlapping IDs take their row locks in the
+// same order and cannot deadlock on each other.
+//
 // # Results
 //
 // Process and Run return (processed bool, err error): (true, nil) when the

@@ -89,3 +89,20 @@ func ValidateCleanup(olderThan time.Duration, limit int) error {
 
 // MaxCleanupLimit bounds the records one Cleanup call deletes.
 const MaxCleanupLimit = 100000
+
+// MaxBatch bounds the message IDs of one Record call.
+const MaxBatch = 10000
+
+// ValidateBatch checks the arguments of a Record call: a valid consumer and
+// 1 to [MaxBatch] valid message IDs.
+func ValidateBatch(consumer string, messageIDs []string) error {
+	if len(messageIDs) == 0 || len(messageIDs) > MaxBatch {
+		return fmt.Errorf("inbox: Record takes 1 to %d message IDs, got %d", MaxBatch, len(messageIDs))
+	}
+	for _, id := range messageIDs {
+		if err := ValidateKey(consumer, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -125,6 +125,47 @@ func (in *Inbox) Process(ctx context.Context, tx pgx.Tx, consumer, messageID str
 	return true, nil
 }
 
+// Record records messageIDs for consumer in tx, the caller's transaction,
+// in one statement, and reports for each whether it is new: fresh[i] is true
+// when messageIDs[i] was not recorded before (and is not a repeat of an
+// earlier ID of the same call). The caller applies the effects of the new
+// messages only, in tx, and commits: records and effects commit together.
+// After an error the caller must roll back. Concurrent transactions recording
+// the same IDs wait for each other as with Process.
+func (in *Inbox) Record(ctx context.Context, tx pgx.Tx, consumer string, messageIDs []string) (fresh []bool, err error) {
+	if tx == nil {
+		return nil, errors.New("inbox/postgres: Record needs a non-nil transaction")
+	}
+	if err := inbox.ValidateBatch(consumer, messageIDs); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, in.q.record, consumer, messageIDs)
+	if err != nil {
+		return nil, fmt.Errorf("inbox/postgres: record %d messages for consumer %q: %w", len(messageIDs), consumer, err)
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("inbox/postgres: record %d messages for consumer %q: %w", len(messageIDs), consumer, err)
+	}
+	return freshFlags(messageIDs, inserted), nil
+}
+
+// freshFlags marks the first occurrence of each inserted ID.
+func freshFlags(ids, inserted []string) []bool {
+	isNew := make(map[string]bool, len(inserted))
+	for _, id := range inserted {
+		isNew[id] = true
+	}
+	fresh := make([]bool, len(ids))
+	for i, id := range ids {
+		if isNew[id] {
+			fresh[i] = true
+			delete(isNew, id)
+		}
+	}
+	return fresh
+}
+
 // Run begins a transaction on the DB, calls Process in it and commits (rolls
 // back for a duplicate or on error). It implements inbox.Runner. A commit
 // error leaves the outcome unknown to the caller; the redelivery that follows

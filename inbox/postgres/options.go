@@ -84,6 +84,7 @@ type queries struct {
 	lockKey string // advisory lock key text for Migrate
 	migrate []string
 	insert  string
+	record  string
 	cleanup string
 }
 
@@ -110,6 +111,15 @@ func newQueries(o Options) queries {
 	// its rollback this insert goes ahead. Plan: Insert on the table,
 	// conflict arbiter the primary key index.
 	q.insert = `INSERT INTO ` + table + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+
+	// A batch: one statement, IDs in sorted order (a fixed lock order, so
+	// that overlapping concurrent batches cannot deadlock), returning the
+	// IDs it inserted. A repeated ID of the same batch conflicts with its
+	// first copy and is not returned.
+	q.record = `INSERT INTO ` + table + ` (consumer, message_id)
+SELECT $1, u.id FROM unnest($2::text[]) AS u(id) ORDER BY u.id
+ON CONFLICT DO NOTHING
+RETURNING message_id`
 
 	// One batch of the retention cleanup, oldest first, by row address so
 	// that the delete touches only the chosen rows (the rows are locked, so

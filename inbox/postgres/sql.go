@@ -89,6 +89,35 @@ func (in *SQLInbox) Process(ctx context.Context, tx *sql.Tx, consumer, messageID
 	return true, nil
 }
 
+// Record is [Inbox.Record] with a database/sql transaction. The driver must
+// accept a []string for a text[] parameter (github.com/jackc/pgx/v5/stdlib
+// does).
+func (in *SQLInbox) Record(ctx context.Context, tx *sql.Tx, consumer string, messageIDs []string) (fresh []bool, err error) {
+	if tx == nil {
+		return nil, errors.New("inbox/postgres: Record needs a non-nil transaction")
+	}
+	if err := inbox.ValidateBatch(consumer, messageIDs); err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, in.q.record, consumer, messageIDs)
+	if err != nil {
+		return nil, fmt.Errorf("inbox/postgres: record %d messages for consumer %q: %w", len(messageIDs), consumer, err)
+	}
+	defer rows.Close()
+	inserted := make([]string, 0, len(messageIDs))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("inbox/postgres: record messages for consumer %q: %w", consumer, err)
+		}
+		inserted = append(inserted, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox/postgres: record %d messages for consumer %q: %w", len(messageIDs), consumer, err)
+	}
+	return freshFlags(messageIDs, inserted), nil
+}
+
 // Run is [Inbox.Run] over database/sql: begin, Process, commit.
 func (in *SQLInbox) Run(ctx context.Context, consumer, messageID string, fn inbox.Func[*sql.Tx]) (processed bool, err error) {
 	if err := inbox.ValidateKey(consumer, messageID); err != nil {

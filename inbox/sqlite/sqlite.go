@@ -182,6 +182,61 @@ func (in *Inbox) Process(ctx context.Context, tx *sql.Tx, consumer, messageID st
 	return true, nil
 }
 
+// recordChunk bounds the rows of one INSERT of Record (SQLite allows 32,766
+// bound parameters).
+const recordChunk = 1000
+
+// Record records messageIDs for consumer in tx, the caller's transaction,
+// and reports for each whether it is new: fresh[i] is true when
+// messageIDs[i] was not recorded before (and is not a repeat of an earlier
+// ID of the same call). The caller applies the effects of the new messages
+// only, in tx, and commits: records and effects commit together. After an
+// error the caller must roll back. One INSERT per 1,000 IDs.
+func (in *Inbox) Record(ctx context.Context, tx *sql.Tx, consumer string, messageIDs []string) (fresh []bool, err error) {
+	if tx == nil {
+		return nil, errors.New("inbox/sqlite: Record needs a non-nil transaction")
+	}
+	if err := inbox.ValidateBatch(consumer, messageIDs); err != nil {
+		return nil, err
+	}
+	now := in.now().UnixMilli()
+	isNew := make(map[string]bool, len(messageIDs))
+	for start := 0; start < len(messageIDs); start += recordChunk {
+		part := messageIDs[start:min(start+recordChunk, len(messageIDs))]
+		args := make([]any, 0, 3*len(part))
+		for _, id := range part {
+			args = append(args, consumer, id, now)
+		}
+		q := `INSERT INTO ` + in.table + ` (consumer, message_id, processed_at) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(part)), ", ") +
+			` ON CONFLICT DO NOTHING RETURNING message_id`
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox/sqlite: record %d messages for consumer %q: %w", len(part), consumer, err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("inbox/sqlite: record messages for consumer %q: %w", consumer, err)
+			}
+			isNew[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("inbox/sqlite: record %d messages for consumer %q: %w", len(part), consumer, err)
+		}
+	}
+	fresh = make([]bool, len(messageIDs))
+	for i, id := range messageIDs {
+		if isNew[id] {
+			fresh[i] = true
+			delete(isNew, id)
+		}
+	}
+	return fresh, nil
+}
+
 // Run begins a transaction, calls Process in it and commits (rolls back for
 // a duplicate or on error). It implements inbox.Runner.
 func (in *Inbox) Run(ctx context.Context, consumer, messageID string, fn inbox.Func[*sql.Tx]) (processed bool, err error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,5 +292,48 @@ func TestValidation(t *testing.T) {
 	}
 	if _, err := sqlite.New(nil, sqlite.Options{}); err == nil {
 		t.Error("New(nil) succeeded")
+	}
+}
+
+func TestRecordBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := make([]string, 2500) // more than one INSERT chunk
+	for i := range ids {
+		ids[i] = outbox.NewID()
+	}
+	if _, err := b.in.Run(ctx, "orders", ids[10], func(context.Context, *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	batch := append(slices.Clone(ids), ids[5]) // a repeat within the batch
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := b.in.Record(ctx, tx, "orders", batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range fresh {
+		want := i != 10 && i != len(batch)-1
+		if f != want {
+			t.Fatalf("fresh[%d] = %v; want %v", i, f, want)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	fresh, err = b.in.Record(ctx, tx, "orders", ids[:3])
+	if err != nil || slices.Contains(fresh, true) {
+		t.Fatalf("after commit: Record = %v, %v; want all false", fresh, err)
+	}
+	if _, err := b.in.Record(ctx, tx, "orders", nil); err == nil {
+		t.Error("empty batch accepted")
 	}
 }
