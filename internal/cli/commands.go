@@ -16,5 +16,5 @@ var commands = []func(*app) *cobra.Command{
 	newStatusCommand,
 	newDLQCommand,
 	newDemoCommand,
-	// newBenchCommand,
+	newBenchCommand,
 }

@@ -1,0 +1,49 @@
+// Package bench is the engine of `outbox bench`: our relay and the seeds'
+// algorithms, side by side, against the same PostgreSQL and the same broker.
+//
+// # Scenarios
+//
+// Drain scenarios write a backlog (--messages, untimed), then time how long
+// it takes to empty it:
+//
+//   - seed-naive: the article's starting processor, faithfully. Its own
+//     table outbox_messages (id uuid, type text, content jsonb,
+//     occurred_on_utc, processed_on_utc, error) with no index but the primary
+//     key; 1 worker; BEGIN; SELECT * … WHERE processed_on_utc IS NULL ORDER BY
+//     occurred_on_utc LIMIT 1000; per row: Publish of that one message,
+//     awaiting its confirmation, then UPDATE … SET processed_on_utc = now()
+//     WHERE id = $1; COMMIT.
+//   - seed-tuned: the article's final processor. The covering partial index
+//     (occurred_on_utc, processed_on_utc) INCLUDE (id, type, content) WHERE
+//     processed_on_utc IS NULL; SELECT id, type, content … FOR UPDATE SKIP
+//     LOCKED; 5 workers; batch 1,000; one Publish of the whole batch (the
+//     publisher pipelines it: concurrent publishes awaited together); one
+//     UPDATE … FROM (VALUES …) per batch, as in the article; the transaction
+//     is held across the broker call.
+//   - relay/none, relay/key: ours, outbox.NewRelay on store/postgres and the
+//     broker's publisher, ordering none or key, --workers and --batch.
+//   - scaling/w1, w2, w4, w8: relay/key with 1, 2, 4, 8 workers on 10,000
+//     messages, next to the ADR's 850 / 1,650 / 3,200 / 5,800 events/s.
+//   - ceiling/store: the same backlog drained by plain SELECT + DELETE in
+//     batches on our schema, no broker. ceiling/broker: the same messages
+//     published with confirmations in batches, no store. The combined
+//     ceiling 1 / (1/store + 1/broker) is derived from the two.
+//
+// The timed span of a drain starts right before the processor starts and
+// ends when the outbox is empty: the published count is polled every 5 ms
+// (memory), then the outbox is counted (one query) until it holds nothing.
+// After every run the broker's stream must hold every message (nothing
+// lost) and the outbox must be empty, or the run fails.
+//
+// Runs alternate: round r runs every selected scenario once, then round r+1
+// (round-robin), so that drift of the machine spreads over all scenarios.
+//
+// The steady scenario runs once, after the rounds: producers write at a
+// fixed rate (default half the relay/key median) in small transactions
+// while relay/key runs, and the commit→broker-ack latency of every message
+// is recorded. The commit time is taken when the producer's Commit
+// returns; the ack time when the Publish call that carried the message
+// returns with no error for it, measured by a wrapping publisher (the
+// Publisher interface acknowledges a batch as a whole, so this is the time
+// the relay itself learns of the acknowledgement).
+package bench

@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Defaults and limits of [Options].
+const (
+	MessagesDefault = 200_000
+	MessagesMax     = 10_000_000
+	// PayloadDefault is the payload size in bytes: small enough for the
+	// article's covering index, which INCLUDEs the payload and so hits the
+	// 2,712-byte index row limit.
+	PayloadDefault = 200
+	// PayloadMin is the smallest JSON payload generated: {"p":""}.
+	PayloadMin       = 8
+	KeysDefault      = 1000
+	KeysMax          = 1_000_000
+	RunsDefault      = 3
+	RunsMax          = 100
+	WorkersMax       = outbox.WorkersMax
+	BatchSizeMax     = outbox.BatchSizeMax
+	SeedNaiveWorkers = 1 // seed-naive: the article's single processor
+	SeedTunedWorkers = 5 // seed-tuned: the article's 5 processors
+	// SeedBatch is the seeds' batch size (the article's LIMIT 1000).
+	SeedBatch = 1000
+	// ScaleMessagesDefault is the backlog of the scaling scenarios, the
+	// size of the ADR's runs.
+	ScaleMessagesDefault  = 10_000
+	SteadyDurationDefault = 10 * time.Second
+	// SteadyLoadDefault is the share of the measured relay/key rate the
+	// steady scenario produces at when no rate is given.
+	SteadyLoadDefault = 0.5
+	// SteadyTxRateMax bounds the producers' transactions per second: above
+	// it, transactions carry more than one message.
+	SteadyTxRateMax = 1000
+	// SteadyProducers is how many goroutines write in the steady scenario.
+	SteadyProducers = 8
+)
+
+// Options configures [Run]. The zero value of every field means its default.
+type Options struct {
+	// Store is a postgres:// URL of a database where the bench may create
+	// (and at the end drops) its own schemas. Empty: a throwaway PostgreSQL
+	// server is started from the local binaries for the run.
+	Store string
+	// Broker is a broker URL (nats://…; other schemes registered in
+	// internal/backends, without the stream checks). Empty: an embedded
+	// NATS server with JetStream file storage.
+	Broker string
+
+	// Messages is the backlog of the drain scenarios.
+	Messages int
+	// Payload is the payload size in bytes (a JSON document, so that the
+	// seeds' jsonb column takes it).
+	Payload int
+	// Keys is how many distinct keys the messages are spread over
+	// (round-robin).
+	Keys int
+	// Batch and Workers configure our relay (default: the relay's defaults).
+	Batch   int
+	Workers int
+	// Runs is how many times each drain scenario runs.
+	Runs int
+	// ScaleMessages is the backlog of the scaling scenarios (default
+	// 10,000, or Messages if smaller).
+	ScaleMessages int
+	// Scenarios selects scenarios by name or path.Match pattern
+	// ("relay/*", "seed-*"); empty selects all. See [ScenarioNames].
+	Scenarios []string
+	// SteadyRate is the steady scenario's production rate in messages per
+	// second; 0 means SteadyLoadDefault × the relay/key median (relay/key
+	// is measured once first if it is not selected).
+	SteadyRate int
+	// SteadyDuration is how long the steady scenario produces.
+	SteadyDuration time.Duration
+
+	// Logger receives the relay's and the bench's logs. Default: discard.
+	Logger *slog.Logger
+	// Notices receives one-line notices (such as "started a throwaway
+	// PostgreSQL"). Default: discard.
+	Notices io.Writer
+	// Progress, if not nil, is called about 4 times a second while a
+	// scenario runs, from a goroutine of its own.
+	Progress func(Progress)
+}
+
+// Progress describes the scenario running now.
+type Progress struct {
+	Scenario string
+	Round    int // 1-based
+	Rounds   int
+	Done     int64 // messages processed so far in this run
+	Total    int64
+	Phase    string // "writing", "running", "checking"
+	Elapsed  time.Duration
+}
+
+// WithDefaults returns o with every zero field set to its default.
+func (o Options) WithDefaults() Options {
+	o.Messages = cmp.Or(o.Messages, MessagesDefault)
+	o.Payload = cmp.Or(o.Payload, PayloadDefault)
+	o.Keys = cmp.Or(o.Keys, KeysDefault)
+	o.Batch = cmp.Or(o.Batch, outbox.BatchSizeDefault)
+	o.Workers = cmp.Or(o.Workers, outbox.WorkersDefault)
+	o.Runs = cmp.Or(o.Runs, RunsDefault)
+	o.ScaleMessages = cmp.Or(o.ScaleMessages, min(ScaleMessagesDefault, o.Messages))
+	o.SteadyDuration = cmp.Or(o.SteadyDuration, SteadyDurationDefault)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Notices == nil {
+		o.Notices = io.Discard
+	}
+	return o
+}
+
+// OptionError reports an invalid option. Flag is the `outbox bench` flag
+// that sets it.
+type OptionError struct {
+	Field string
+	Flag  string
+	Msg   string
+}
+
+func (e *OptionError) Error() string { return "bench: " + e.Field + " " + e.Msg }
+
+func invalid(field, flag, format string, args ...any) error {
+	return &OptionError{Field: field, Flag: flag, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first invalid field of o (after defaults).
+func (o Options) Validate() error {
+	ints := []struct {
+		field, flag string
+		v, lo, hi   int
+	}{
+		{"Messages", "messages", o.Messages, 1, MessagesMax},
+		{"Payload", "payload", o.Payload, PayloadMin, outbox.MaxPayloadDefault},
+		{"Keys", "keys", o.Keys, 1, KeysMax},
+		{"Batch", "batch", o.Batch, 1, BatchSizeMax},
+		{"Workers", "workers", o.Workers, 1, WorkersMax},
+		{"Runs", "runs", o.Runs, 1, RunsMax},
+		{"ScaleMessages", "messages", o.ScaleMessages, 1, MessagesMax},
+	}
+	for _, c := range ints {
+		if c.v < c.lo || c.v > c.hi {
+			return invalid(c.field, c.flag, "must be between %d and %d, got %d", c.lo, c.hi, c.v)
+		}
+	}
+	if o.SteadyRate < 0 {
+		return invalid("SteadyRate", "steady-rate", "must be 0 (half the measured relay/key rate) or a positive number of messages per second, got %d", o.SteadyRate)
+	}
+	if o.SteadyDuration <= 0 {
+		return invalid("SteadyDuration", "steady-duration", "must be positive, got %v", o.SteadyDuration)
+	}
+	if _, err := Select(o.Scenarios); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Scenario names.
+const (
+	SeedNaiveName     = "seed-naive"
+	SeedTunedName     = "seed-tuned"
+	RelayNoneName     = "relay/none"
+	RelayKeyName      = "relay/key"
+	CeilingStoreName  = "ceiling/store"
+	CeilingBrokerName = "ceiling/broker"
+	// CeilingName is the derived row 1 / (1/store + 1/broker).
+	CeilingName = "ceiling/combined"
+	SteadyName  = "steady"
+)
+
+// ScalingWorkers are the worker counts of the scaling scenarios, and
+// ADRRates the rates the ADR reports for them (events/s).
+var (
+	ScalingWorkers = []int{1, 2, 4, 8}
+	ADRRates       = []float64{850, 1650, 3200, 5800}
+)
+
+// Published figures of the seeds (msg/s).
+const (
+	ArticleNaive = 1350
+	// ArticleTuned is the article's final processor: 5 workers, SKIP
+	// LOCKED, covering index, batched UPDATE, broker batch publish with
+	// confirms (RabbitMQ).
+	ArticleTuned = 32500
+)
+
+// ScalingName returns the name of the scaling scenario with w workers.
+func ScalingName(w int) string { return fmt.Sprintf("scaling/w%d", w) }
+
+// ScenarioNames lists every scenario in the order they run within a round
+// (steady runs once, after the rounds).
+func ScenarioNames() []string {
+	names := []string{SeedNaiveName, SeedTunedName, RelayNoneName, RelayKeyName, CeilingStoreName, CeilingBrokerName}
+	for _, w := range ScalingWorkers {
+		names = append(names, ScalingName(w))
+	}
+	return append(names, SteadyName)
+}
+
+// Select returns the scenario names matched by patterns (names or
+// path.Match patterns, comma-separated entries allowed), in run order. No
+// patterns select everything. A pattern that matches nothing is an error.
+func Select(patterns []string) ([]string, error) {
+	all := ScenarioNames()
+	var pats []string
+	for _, p := range patterns {
+		for _, q := range strings.Split(p, ",") {
+			if q = strings.TrimSpace(q); q != "" {
+				pats = append(pats, q)
+			}
+		}
+	}
+	if len(pats) == 0 {
+		return all, nil
+	}
+	chosen := map[string]bool{}
+	for _, p := range pats {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, invalid("Scenarios", "scenarios", "pattern %q is malformed: %v", p, err)
+		}
+		hit := false
+		for _, n := range all {
+			if ok, _ := path.Match(p, n); ok {
+				chosen[n] = true
+				hit = true
+			}
+		}
+		if !hit {
+			return nil, invalid("Scenarios", "scenarios", "%q matches no scenario; the scenarios are %s", p, strings.Join(all, ", "))
+		}
+	}
+	return slices.DeleteFunc(all, func(n string) bool { return !chosen[n] }), nil
+}

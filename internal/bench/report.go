@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Target is one of the issue's targets with what was measured.
+type Target struct {
+	// Name states the target ("relay/key ≥ 2 × seed-tuned").
+	Name string `json:"target"`
+	// Want is the bound and Got the measured value, in Unit ("×", "ms").
+	Want float64 `json:"want"`
+	Got  float64 `json:"got"`
+	Unit string  `json:"unit"`
+	// Measured is false when a scenario it needs did not run or failed.
+	Measured bool `json:"measured"`
+	Met      bool `json:"met"`
+}
+
+// Targets of the issue (printed, never asserted in tests).
+const (
+	TargetOverSeedTuned = 2.0
+	TargetOverCeiling   = 0.8
+	TargetOverNone      = 0.9
+	TargetP99Ms         = 25.0
+)
+
+func targets(r *Report) []Target {
+	rate := func(name string) float64 {
+		if res := r.Result(name); res != nil && res.Err == "" {
+			return res.MsgsPerSec
+		}
+		return 0
+	}
+	ratio := func(name string, want float64, a, b string) Target {
+		t := Target{Name: name, Want: want, Unit: "×"}
+		if x, y := rate(a), rate(b); x > 0 && y > 0 {
+			t.Got, t.Measured = x/y, true
+			t.Met = t.Got >= want
+		}
+		return t
+	}
+	ts := []Target{
+		ratio("relay/key ≥ 2 × seed-tuned", TargetOverSeedTuned, RelayKeyName, SeedTunedName),
+		ratio("relay/key ≥ 0.8 × combined ceiling", TargetOverCeiling, RelayKeyName, CeilingName),
+		ratio("relay/key ≥ 0.9 × relay/none", TargetOverNone, RelayKeyName, RelayNoneName),
+	}
+	p99 := Target{Name: "commit→ack p99 ≤ 25 ms at 50% load", Want: TargetP99Ms, Unit: "ms"}
+	if s := r.Result(SteadyName); s != nil && s.Err == "" && s.Latency != nil {
+		if r.Options.SteadyRate != 0 {
+			p99.Name = fmt.Sprintf("commit→ack p99 ≤ 25 ms at %s msgs/s (--steady-rate)", thousands(float64(r.Options.SteadyRate)))
+		}
+		p99.Got, p99.Measured = s.Latency.P99, true
+		p99.Met = p99.Got <= TargetP99Ms
+	}
+	return append(ts, p99)
+}
+
+// WriteTable prints the report as aligned tables: the drain scenarios with
+// the ratio to seed-tuned and the sources' figures, the workers scaling
+// next to the ADR's, the steady-state latency, and the targets.
+func (r *Report) WriteTable(w io.Writer) error {
+	o := r.Options
+	var b strings.Builder
+	fmt.Fprintf(&b, "outbox bench: %s messages of %d bytes over %s keys, %d run(s) per scenario, round-robin (took %s)\n",
+		thousands(float64(o.Messages)), o.Payload, thousands(float64(o.Keys)), o.Runs, r.Took.Round(1e9))
+	fmt.Fprintf(&b, "store:  %s\nbroker: %s\n\n", r.Store, r.Broker)
+
+	var main strings.Builder
+	tw := tabwriter.NewWriter(&main, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tWORKERS\tBATCH\tMESSAGES\tMSGS/S (MEDIAN)\tMIN–MAX\t× SEED-TUNED\tPUBLISHED FIGURE")
+	var failures []string
+	rows := 0
+	for _, res := range r.Results {
+		if strings.HasPrefix(res.Scenario, "scaling/") || res.Scenario == SteadyName {
+			continue
+		}
+		rows++
+		ref := ""
+		if res.Reference > 0 {
+			ref = thousands(res.Reference) + " (" + res.ReferenceSource + ")"
+		}
+		if res.Err != "" {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\tFAILED\t\t\t%s\n", res.Scenario, res.Workers, res.Batch, thousands(float64(res.Messages)), ref)
+			failures = append(failures, res.Scenario+": "+res.Err)
+			continue
+		}
+		minmax := thousands(res.Min) + "–" + thousands(res.Max)
+		if res.Scenario == CeilingName {
+			minmax += " (derived)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", res.Scenario, res.Workers, res.Batch, thousands(float64(res.Messages)),
+			thousands(res.MsgsPerSec), minmax, ratioText(res.RatioToSeedTuned), ref)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rows > 0 {
+		b.WriteString(main.String())
+	}
+	if notes := r.notes(); notes != "" {
+		b.WriteString(notes)
+	}
+
+	var scaling []*Result
+	for _, res := range r.Results {
+		if strings.HasPrefix(res.Scenario, "scaling/") {
+			scaling = append(scaling, res)
+		}
+	}
+	if len(scaling) > 0 {
+		fmt.Fprintf(&b, "\nworkers scaling: relay/key on %s messages, batch %d, next to the ADR's SKIP LOCKED processors\n",
+			thousands(float64(scaling[0].Messages)), scaling[0].Batch)
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKERS\tMSGS/S (MEDIAN)\tMIN–MAX\tADR EVENTS/S\t× ADR")
+		for _, res := range scaling {
+			if res.Err != "" {
+				fmt.Fprintf(tw, "%d\tFAILED\t\t%s\n", res.Workers, thousands(res.Reference))
+				failures = append(failures, res.Scenario+": "+res.Err)
+				continue
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s–%s\t%s\t%s\n", res.Workers, thousands(res.MsgsPerSec), thousands(res.Min), thousands(res.Max),
+				thousands(res.Reference), ratioText(res.MsgsPerSec/res.Reference))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	if s := r.Result(SteadyName); s != nil {
+		if s.Err != "" {
+			failures = append(failures, s.Scenario+": "+s.Err)
+		} else if l := s.Latency; l != nil {
+			fmt.Fprintf(&b, "\nsteady state: relay/key, %d workers, batch %d, producing %s msgs/s for %.0fs in transactions of %d message(s)\n",
+				s.Workers, s.Batch, thousands(l.Rate), l.Seconds, l.PerTx)
+			b.WriteString("commit→ack: from the producer's Commit returning to the relay's Publish call returning with the broker's ack\n")
+			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TARGET MSGS/S\tACHIEVED\tMESSAGES\tP50 MS\tP95 MS\tP99 MS\tMAX MS")
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\n", thousands(l.Rate), thousands(l.Achieved), thousands(float64(l.Messages)),
+				l.P50, l.P95, l.P99, l.Max)
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+
+	if len(r.Targets) > 0 {
+		b.WriteString("\ntargets\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		for _, t := range r.Targets {
+			got, mark := "not measured", "–"
+			if t.Measured {
+				mark = "✗"
+				if t.Met {
+					mark = "✓"
+				}
+				if t.Unit == "ms" {
+					got = fmt.Sprintf("%.1f ms", t.Got)
+				} else {
+					got = fmt.Sprintf("%.2f ×", t.Got)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, got, mark)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(failures) > 0 {
+		b.WriteString("\nfailures\n")
+		for _, f := range failures {
+			b.WriteString("  " + f + "\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// notes explains the rows of the main table.
+func (r *Report) notes() string {
+	var b strings.Builder
+	if r.Result(SeedNaiveName) != nil || r.Result(SeedTunedName) != nil {
+		fmt.Fprintf(&b, "seeds: the article's processors on its own table; naive: no index, per-message publish and UPDATE; tuned: covering index, SKIP LOCKED, batch publish, UPDATE … FROM (VALUES …); batch %d\n", SeedBatch)
+	}
+	if r.Result(CeilingName) != nil {
+		b.WriteString("ceiling/combined = 1 / (1/ceiling/store + 1/ceiling/broker): the store's and the broker's work done one after the other\n")
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n" + b.String()
+}
+
+func ratioText(x float64) string {
+	if x <= 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+		return ""
+	}
+	if x < 0.1 {
+		return fmt.Sprintf("%.3f", x)
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+// thousands formats x rounded to an integer with comma separators.
+func thousands(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "-"
+	}
+	s := strconv.FormatInt(int64(math.Round(x)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// WriteJSON prints one JSON object per line: one per scenario (the derived
+// ceiling/combined included), then {"targets": […]}.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	for _, res := range r.Results {
+		out := *res
+		if out.Runs == nil {
+			out.Runs = []float64{}
+		}
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	}
+	return enc.Encode(struct {
+		Targets []Target `json:"targets"`
+	}{r.Targets})
+}

@@ -1,0 +1,299 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+// Result is the outcome of one scenario over its runs.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Store    string `json:"store"`
+	Broker   string `json:"broker"`
+	Workers  int    `json:"workers"`
+	Batch    int    `json:"batch"`
+	Messages int    `json:"messages"`
+	// MsgsPerSec is the median of the runs; Min and Max bound them.
+	MsgsPerSec float64   `json:"msgs_per_sec"`
+	Min        float64   `json:"min"`
+	Max        float64   `json:"max"`
+	Runs       []float64 `json:"runs"`
+	// RatioToSeedTuned is MsgsPerSec over seed-tuned's (0 when seed-tuned
+	// did not run).
+	RatioToSeedTuned float64 `json:"ratio_to_seed_tuned,omitempty"`
+	// Reference is the source's published figure for this scenario, and
+	// ReferenceSource where it comes from.
+	Reference       float64 `json:"reference_msgs_per_sec,omitempty"`
+	ReferenceSource string  `json:"reference,omitempty"`
+	// Failed counts failed publish attempts over all runs.
+	Failed int64 `json:"failed_attempts,omitempty"`
+	// Latency is set for the steady scenario.
+	Latency *Latency `json:"latency,omitempty"`
+	// Err is set when a run failed (the remaining runs were skipped).
+	Err string `json:"error,omitempty"`
+
+	details []RunResult
+}
+
+// Report is the outcome of [Run].
+type Report struct {
+	Store   string
+	Broker  string
+	Options Options
+	// Results in run order; ceiling/combined follows ceiling/broker when
+	// both ceilings ran.
+	Results []*Result
+	Targets []Target
+	Took    time.Duration
+}
+
+// Result returns the result of a scenario, or nil.
+func (r *Report) Result(name string) *Result {
+	for _, res := range r.Results {
+		if res.Scenario == name {
+			return res
+		}
+	}
+	return nil
+}
+
+// scenario is a selected scenario with what the output says about it.
+type scenario struct {
+	name      string
+	fn        ScenarioFunc
+	workers   int
+	batch     int
+	messages  int
+	ref       float64
+	refSource string
+}
+
+func scenarioTable(o Options) map[string]scenario {
+	m := map[string]scenario{
+		SeedNaiveName: {fn: SeedNaive, workers: SeedNaiveWorkers, batch: SeedBatch, messages: o.Messages,
+			ref: ArticleNaive, refSource: "article (.NET, RabbitMQ)"},
+		SeedTunedName: {fn: SeedTuned, workers: SeedTunedWorkers, batch: SeedBatch, messages: o.Messages,
+			ref: ArticleTuned, refSource: "article (.NET, RabbitMQ)"},
+		RelayNoneName:     {fn: RelayNone, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		RelayKeyName:      {fn: RelayKey, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		CeilingStoreName:  {fn: CeilingStore, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		CeilingBrokerName: {fn: CeilingBroker, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+	}
+	for i, w := range ScalingWorkers {
+		m[ScalingName(w)] = scenario{fn: Scaling(w, o.ScaleMessages), workers: w, batch: o.Batch, messages: o.ScaleMessages,
+			ref: ADRRates[i], refSource: "ADR (SKIP LOCKED processors)"}
+	}
+	for name, s := range m {
+		s.name = name
+		m[name] = s
+	}
+	return m
+}
+
+// Run runs the selected scenarios: Runs rounds of every drain scenario
+// (round-robin), then the steady scenario. Without Options.Store it starts
+// a throwaway PostgreSQL server, without Options.Broker an embedded NATS
+// server, and says so on Options.Notices.
+//
+// The report holds what ran even when err is not nil: err joins the
+// failures of scenarios (each also in its Result.Err) or says why the run
+// stopped early (ctx ended).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	names, _ := Select(o.Scenarios)
+	began := time.Now()
+
+	dsn := o.Store
+	storeName := "postgres"
+	if dsn == "" {
+		fmt.Fprintln(o.Notices, "bench: no --store given: starting a throwaway PostgreSQL server from the local binaries (fsync=off, removed at exit)")
+		var stop func() error
+		var err error
+		dsn, stop, err = testenv.StartPostgres(ctx, testenv.PostgresOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				o.Logger.Warn("bench: stop the throwaway PostgreSQL", "err", err)
+			}
+		}()
+		storeName = "postgres (throwaway, fsync=off)"
+	}
+	if o.Broker == "" {
+		fmt.Fprintln(o.Notices, "bench: no --broker given: starting an embedded NATS server (JetStream, file storage)")
+	}
+	broker, err := OpenBroker(ctx, o.Broker)
+	if err != nil {
+		return nil, err
+	}
+	defer broker.Close()
+	env, err := NewEnv(ctx, dsn, broker, o.Workers, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer env.Close()
+	storeName = describeStore(ctx, env, storeName)
+
+	rep := &Report{Store: storeName, Broker: broker.Name, Options: o}
+	table := scenarioTable(o)
+	k := Knobs{Messages: o.Messages, Payload: o.Payload, Keys: o.Keys, Batch: o.Batch, Workers: o.Workers}
+
+	var drains []scenario
+	for _, n := range names {
+		if s, ok := table[n]; ok {
+			drains = append(drains, s)
+			rep.Results = append(rep.Results, &Result{
+				Scenario: n, Store: storeName, Broker: broker.Name,
+				Workers: s.workers, Batch: s.batch, Messages: s.messages,
+				Reference: s.ref, ReferenceSource: s.refSource,
+			})
+		}
+	}
+
+	stopProgress := startProgress(o, env)
+	defer stopProgress()
+	var errs []error
+	for round := 1; round <= o.Runs; round++ {
+		for _, s := range drains {
+			res := rep.Result(s.name)
+			if res.Err != "" {
+				continue
+			}
+			env.meter.scenario(s.name, round, o.Runs)
+			run, err := s.fn(ctx, env, k)
+			if err != nil {
+				if ctx.Err() != nil {
+					rep.finish(began)
+					return rep, context.Cause(ctx)
+				}
+				res.Err = err.Error()
+				errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+				continue
+			}
+			res.details = append(res.details, run)
+			res.Failed += run.Failed
+		}
+	}
+	if slices.Contains(names, SteadyName) {
+		res, err := runSteady(ctx, env, o, k, rep)
+		if res != nil {
+			rep.Results = append(rep.Results, res)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				rep.finish(began)
+				return rep, context.Cause(ctx)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", SteadyName, err))
+		}
+	}
+	rep.finish(began)
+	return rep, errors.Join(errs...)
+}
+
+// finish computes the medians, ratios, the combined ceiling and targets.
+func (r *Report) finish(began time.Time) {
+	for _, res := range r.Results {
+		if len(res.details) == 0 {
+			continue
+		}
+		res.Runs = res.Runs[:0]
+		for _, d := range res.details {
+			res.Runs = append(res.Runs, d.MsgsPerSec)
+		}
+		res.MsgsPerSec, res.Min, res.Max = summarize(res.Runs)
+	}
+	if s, b := r.Result(CeilingStoreName), r.Result(CeilingBrokerName); s != nil && b != nil && s.MsgsPerSec > 0 && b.MsgsPerSec > 0 && r.Result(CeilingName) == nil {
+		c := &Result{
+			Scenario: CeilingName, Store: r.Store, Broker: r.Broker,
+			Workers: s.Workers, Batch: s.Batch, Messages: s.Messages,
+			MsgsPerSec: combine(s.MsgsPerSec, b.MsgsPerSec),
+			Min:        combine(s.Min, b.Min),
+			Max:        combine(s.Max, b.Max),
+		}
+		c.Runs = []float64{}
+		i := slices.Index(r.Results, b)
+		r.Results = slices.Insert(r.Results, i+1, c)
+	}
+	if t := r.Result(SeedTunedName); t != nil && t.MsgsPerSec > 0 {
+		for _, res := range r.Results {
+			if res.MsgsPerSec > 0 && res.Latency == nil {
+				res.RatioToSeedTuned = res.MsgsPerSec / t.MsgsPerSec
+			}
+		}
+	}
+	r.Targets = targets(r)
+	r.Took = time.Since(began)
+}
+
+// combine is the throughput of doing both jobs one after the other:
+// 1 / (1/a + 1/b).
+func combine(a, b float64) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return 1 / (1/a + 1/b)
+}
+
+// summarize returns the median, min and max of xs.
+func summarize(xs []float64) (median, lo, hi float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	median = s[n/2]
+	if n%2 == 0 {
+		median = (s[n/2-1] + s[n/2]) / 2
+	}
+	return median, s[0], s[n-1]
+}
+
+// describeStore names the server: its version and where it runs.
+func describeStore(ctx context.Context, env *Env, kind string) string {
+	var version string
+	if err := env.Pool.QueryRow(ctx, `SHOW server_version`).Scan(&version); err != nil {
+		return kind
+	}
+	cc := env.Pool.Config().ConnConfig
+	return fmt.Sprintf("%s %s (%s:%d/%s)", kind, version, cc.Host, cc.Port, cc.Database)
+}
+
+// startProgress calls o.Progress about 4 times a second until the returned
+// function is called.
+func startProgress(o Options, env *Env) func() {
+	if o.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if p, ok := env.meter.progress(); ok {
+				o.Progress(p)
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -1,0 +1,307 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Latency is the outcome of the steady scenario: commit→broker-ack latency
+// of every message produced at a fixed rate while relay/key runs.
+type Latency struct {
+	// Rate is the target rate (msgs/s); Achieved what the producers wrote
+	// (lower if PostgreSQL could not keep up).
+	Rate     float64 `json:"rate_msgs_per_sec"`
+	Achieved float64 `json:"achieved_msgs_per_sec"`
+	// PerTx is the messages per producer transaction.
+	PerTx    int     `json:"messages_per_tx"`
+	Seconds  float64 `json:"seconds"`
+	Messages int     `json:"messages"`
+	P50      float64 `json:"p50_ms"`
+	P95      float64 `json:"p95_ms"`
+	P99      float64 `json:"p99_ms"`
+	Max      float64 `json:"max_ms"`
+}
+
+// readyTimeout bounds the wait for a relay to become ready.
+const readyTimeout = 30 * time.Second
+
+// Steady runs relay/key (k.Workers, k.Batch) on an empty outbox while
+// SteadyProducers goroutines write rate messages per second for d, in
+// transactions of ceil(rate / SteadyTxRateMax) messages, paced by a
+// schedule (open loop: a late producer does not wait, it catches up). It
+// records, per message, the time its transaction's Commit returned and the
+// time the relay's Publish call carrying it returned with no error for it
+// (a wrapping publisher), and returns the distribution of the difference
+// over every message, once all are acknowledged and the outbox is empty.
+func Steady(ctx context.Context, env *Env, k Knobs, rate int, d time.Duration) (*Latency, RunResult, error) {
+	if rate <= 0 {
+		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
+	}
+	perTx := (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
+	txRate := float64(rate) / float64(perTx)
+	txs := max(1, int(txRate*d.Seconds()))
+	interval := time.Duration(float64(time.Second) / txRate)
+	n := txs * perTx
+
+	if err := env.prepareOurs(ctx, k, 0); err != nil {
+		return nil, RunResult{}, err
+	}
+	env.meter.start("starting", n)
+	if err := env.Broker.Reset(ctx); err != nil {
+		return nil, RunResult{}, err
+	}
+	inner, err := env.Broker.NewPublisher(ctx)
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	defer inner.Close()
+	lat := newLatencies(n)
+	pub := &ackRecorder{Publisher: inner, lat: lat}
+	store, err := env.openStore()
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	defer store.Close()
+	relay, err := outbox.NewRelay(store, pub, outbox.Config{
+		Ordering:  outbox.OrderingKey,
+		Workers:   k.Workers,
+		BatchSize: k.Batch,
+		Logger:    env.Log,
+	})
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	if err := relay.Start(ctx); err != nil {
+		return nil, RunResult{}, err
+	}
+	defer relay.Stop() //nolint:errcheck // stopped (and checked) below; a no-op then
+	ready, cancel := context.WithTimeout(ctx, readyTimeout)
+	err = pollUntil(ready, "steady: wait for the relay", func() (bool, int64, error) { return relay.Ready(), 0, nil })
+	cancel()
+	if err != nil {
+		return nil, RunResult{}, fmt.Errorf("bench: steady: the relay was not ready within %v: %w", readyTimeout, err)
+	}
+
+	env.meter.setPhase("producing")
+	var next, seq atomic.Int64
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for range SteadyProducers {
+		g.Go(func() error {
+			msgs := make([]outbox.Message, perTx)
+			ids := make([]string, perTx)
+			for {
+				j := next.Add(1) - 1
+				if j >= int64(txs) {
+					return nil
+				}
+				if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
+					t := time.NewTimer(wait)
+					select {
+					case <-gctx.Done():
+						t.Stop()
+						return gctx.Err()
+					case <-t.C:
+					}
+				}
+				for i := range msgs {
+					msgs[i] = env.message(k, int(seq.Add(1)-1))
+					msgs[i].ID = outbox.NewID()
+					ids[i] = msgs[i].ID
+				}
+				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return env.writer.Write(gctx, tx, msgs...) })
+				if err != nil {
+					return fmt.Errorf("bench: steady: write: %w", err)
+				}
+				lat.committed(ids, time.Now())
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, RunResult{}, err
+	}
+	produced := time.Since(start)
+	env.meter.setPhase("draining")
+	err = pollUntil(ctx, "steady: wait for the acknowledgements", func() (bool, int64, error) {
+		acked := lat.count()
+		env.meter.done.Store(acked)
+		if acked < int64(n) {
+			return false, acked, nil
+		}
+		left, err := env.leftOurs(ctx)
+		return left == 0, acked - left, err
+	})
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	if err := relay.Stop(); err != nil {
+		return nil, RunResult{}, fmt.Errorf("bench: stop the relay: %w", err)
+	}
+	r := newRun(n, produced)
+	r.Failed = relay.Stats().Failed
+	if r.Left, err = env.leftOurs(ctx); err != nil {
+		return nil, r, err
+	}
+	if r, err = env.finish(ctx, r); err != nil {
+		return nil, r, err
+	}
+	l := lat.summary()
+	l.Rate = float64(rate)
+	l.Achieved = float64(n) / produced.Seconds()
+	l.PerTx = perTx
+	l.Seconds = produced.Seconds()
+	return l, r, nil
+}
+
+// runSteady runs the steady scenario for Run, at o.SteadyRate or half the
+// relay/key median (measuring relay/key once if it did not run).
+func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report) (*Result, error) {
+	rate := o.SteadyRate
+	if rate == 0 {
+		ref := 0.0
+		if rk := rep.Result(RelayKeyName); rk != nil && rk.Err == "" && len(rk.details) > 0 {
+			ref, _, _ = summarize(runRates(rk.details))
+		} else {
+			fmt.Fprintln(o.Notices, "bench: steady: relay/key did not run; measuring it once for the steady rate (or give --steady-rate)")
+			env.meter.scenario(RelayKeyName+" (for steady)", 1, 1)
+			r, err := RelayKey(ctx, env, k)
+			if err != nil {
+				return nil, err
+			}
+			ref = r.MsgsPerSec
+		}
+		rate = max(1, int(SteadyLoadDefault*ref))
+	}
+	env.meter.scenario(SteadyName, 1, 1)
+	res := &Result{Scenario: SteadyName, Store: rep.Store, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
+	l, r, err := Steady(ctx, env, k, rate, o.SteadyDuration)
+	if err != nil {
+		res.Err = err.Error()
+		return res, err
+	}
+	res.Messages = r.Messages
+	res.Latency = l
+	res.MsgsPerSec, res.Min, res.Max = l.Achieved, l.Achieved, l.Achieved
+	res.Runs = []float64{l.Achieved}
+	res.Failed = r.Failed
+	return res, nil
+}
+
+func runRates(runs []RunResult) []float64 {
+	out := make([]float64, len(runs))
+	for i, r := range runs {
+		out[i] = r.MsgsPerSec
+	}
+	return out
+}
+
+// ackRecorder records when each message's Publish call returned without
+// an error for it.
+type ackRecorder struct {
+	outbox.Publisher
+	lat *latencies
+}
+
+func (a *ackRecorder) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := a.Publisher.Publish(ctx, msgs)
+	now := time.Now()
+	ids := make([]string, 0, len(msgs))
+	for i, m := range msgs {
+		if i < len(errs) && errs[i] == nil {
+			ids = append(ids, m.ID)
+		}
+	}
+	a.lat.acked(ids, now)
+	return errs
+}
+
+// latencies pairs commit and acknowledgement times by message ID. Either
+// may come first: a relay woken by the commit's NOTIFY can publish before
+// the producer's goroutine records the commit.
+type latencies struct {
+	mu        sync.Mutex
+	commits   map[string]time.Time
+	early     map[string]time.Time // acknowledged before the commit was recorded
+	done      map[string]bool
+	samples   []time.Duration
+	doneCount atomic.Int64
+}
+
+func newLatencies(n int) *latencies {
+	return &latencies{
+		commits: make(map[string]time.Time, n),
+		early:   map[string]time.Time{},
+		done:    make(map[string]bool, n),
+		samples: make([]time.Duration, 0, n),
+	}
+}
+
+func (l *latencies) committed(ids []string, t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		if a, ok := l.early[id]; ok {
+			delete(l.early, id)
+			l.add(id, max(0, a.Sub(t)))
+			continue
+		}
+		l.commits[id] = t
+	}
+}
+
+func (l *latencies) acked(ids []string, t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		if l.done[id] {
+			continue // a duplicate: the first acknowledgement counts
+		}
+		if c, ok := l.commits[id]; ok {
+			delete(l.commits, id)
+			l.add(id, t.Sub(c))
+			continue
+		}
+		if _, ok := l.early[id]; !ok {
+			l.early[id] = t
+		}
+	}
+}
+
+func (l *latencies) add(id string, d time.Duration) {
+	l.done[id] = true
+	l.samples = append(l.samples, d)
+	l.doneCount.Add(1)
+}
+
+// count is how many messages have both times.
+func (l *latencies) count() int64 { return l.doneCount.Load() }
+
+func (l *latencies) summary() *Latency {
+	l.mu.Lock()
+	s := slices.Clone(l.samples)
+	l.mu.Unlock()
+	slices.Sort(s)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	pct := func(p float64) float64 {
+		if len(s) == 0 {
+			return 0
+		}
+		i := int(math.Ceil(p*float64(len(s)))) - 1
+		return ms(s[max(0, min(i, len(s)-1))])
+	}
+	out := &Latency{Messages: len(s), P50: pct(0.50), P95: pct(0.95), P99: pct(0.99)}
+	if len(s) > 0 {
+		out.Max = ms(s[len(s)-1])
+	}
+	return out
+}
