@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/memstore"
+	"github.com/outboxrelay/outbox/internal/relaytest"
 	"go.uber.org/goleak"
 )
 
@@ -27,11 +28,10 @@ type broker struct {
 	// "permanent" fails permanently.
 	fail func(m *outbox.Message) string
 	// gate, when set, blocks each Publish until it is closed or ctx ends.
-	gate      chan struct{}
-	ignoreCtx bool // a broker that answers late whatever the caller's deadline
-	entered   chan struct{}
-	calls     atomic.Int64
-	maxKeys   atomic.Int64 // sanity: most same-key messages seen in one call
+	gate    chan struct{}
+	entered chan struct{}
+	calls   atomic.Int64
+	maxKeys atomic.Int64 // sanity: most same-key messages seen in one call
 }
 
 func (b *broker) Publish(ctx context.Context, msgs []*outbox.Message) []error {
@@ -51,9 +51,7 @@ func (b *broker) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 		default:
 		}
 	}
-	if b.gate != nil && b.ignoreCtx {
-		<-b.gate
-	} else if b.gate != nil {
+	if b.gate != nil {
 		select {
 		case <-b.gate:
 		case <-ctx.Done():
@@ -383,76 +381,15 @@ func TestRelayLateCommitKeepsKeyOrder(t *testing.T) {
 	check(t, map[string][]string{"k": {early.ID, later.ID}, "other": {other.ID}}, b.delivered())
 }
 
-// partitioned wraps a store and makes every call of one relay fail while
-// cut is set: a relay that stops heartbeating.
-type partitioned struct {
-	*memstore.Store
-	cut atomic.Bool
-}
-
-var errCut = errors.New("network partition")
-
-func (p *partitioned) Heartbeat(ctx context.Context, node string, ttl time.Duration) (int, error) {
-	if p.cut.Load() {
-		return 0, errCut
-	}
-	return p.Store.Heartbeat(ctx, node, ttl)
-}
-
-func (p *partitioned) AcquireLeases(ctx context.Context, node string, held []outbox.Lease, want int, ttl time.Duration) ([]outbox.Lease, error) {
-	if p.cut.Load() {
-		return nil, errCut
-	}
-	return p.Store.AcquireLeases(ctx, node, held, want, ttl)
-}
-
 func TestLeaseTakeoverFencesLateSettles(t *testing.T) {
 	st := memstore.New(2, nil)
-	cut := &partitioned{Store: st}
-	gate := make(chan struct{})
-	slow := &broker{gate: gate, ignoreCtx: true, entered: make(chan struct{}, 1)}
-	cfg := fastConfig()
-	cfg.LeaseTTL = 400 * time.Millisecond
-	cfg.PublishTimeout = 150 * time.Millisecond
-	cfg.HeartbeatInterval = 50 * time.Millisecond
-	cfg.Workers = 1
-	cfg.Node = "a"
-	cfg.ShutdownTimeout = 5 * time.Second
-	a := startRelay(t, cut, slow, cfg)
-	waitFor(t, "a holds both partitions", 5*time.Second, func() bool { return a.Stats().Leases == 2 })
-
-	msg := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "k"}
-	if err := st.Write(context.Background(), msg); err != nil {
-		t.Fatal(err)
-	}
-	<-slow.entered // a is publishing msg and stuck at the broker
-	cut.cut.Store(true)
-	start := time.Now()
-
-	fast := &broker{}
-	cfg.Node = "b"
-	bRelay := startRelay(t, st, fast, cfg)
-	waitFor(t, "b takes over", 5*time.Second, func() bool { return bRelay.Stats().Leases == 2 })
-	if took := time.Since(start); took > 3*cfg.LeaseTTL {
-		t.Fatalf("takeover took %v, lease TTL is %v", took, cfg.LeaseTTL)
-	}
-	waitFor(t, "b publishes msg", 5*time.Second, func() bool { return len(fast.delivered()) == 1 })
-	waitFor(t, "b settles", 5*time.Second, func() bool { return st.Outstanding() == 0 })
-	p := outbox.PartitionOf(msg.Key, 2)
-	if owner, _ := st.Owner(p); owner != "b" {
-		t.Fatalf("owner of partition %d = %q, want b", p, owner)
-	}
-
-	// a's broker answers only now: a settles under its old epoch and must
-	// be fenced off, leaving b's ownership and the store untouched.
-	close(gate)
-	waitFor(t, "a's settle fenced", 5*time.Second, func() bool { return a.Stats().Fenced > 0 })
-	if owner, _ := st.Owner(p); owner != "b" {
-		t.Fatalf("owner of partition %d = %q after a's late settle, want b", p, owner)
-	}
-	if len(st.Dead()) != 0 {
-		t.Fatal("a fenced relay changed the store")
-	}
+	relaytest.LeaseTakeover(t, relaytest.Harness{
+		Store:       st,
+		Write:       st.Write,
+		Outstanding: func() int64 { return int64(st.Outstanding()) },
+		Owner:       func(p int) string { owner, _ := st.Owner(p); return owner },
+		DeadLetters: func() int64 { return int64(len(st.Dead())) },
+	})
 }
 
 func TestStopSettlesBatchInHand(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/natsjs"
 	"github.com/outboxrelay/outbox/brokertest"
+	"github.com/outboxrelay/outbox/internal/relaytest"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/store/postgres"
 )
@@ -372,4 +373,42 @@ func TestCrashRestart(t *testing.T) {
 	if kills < 10 {
 		t.Fatalf("only %d kills", kills)
 	}
+}
+
+// TestLeaseTakeoverPostgres: a relay that stops heartbeating loses its
+// partitions to another within the lease TTL, and its late settles are
+// fenced off by the epoch, on the real store.
+func TestLeaseTakeoverPostgres(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, testenv.PostgresDSN(t), postgres.Options{Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status := func() *outbox.Status {
+		s, err := st.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	relaytest.LeaseTakeover(t, relaytest.Harness{
+		Store: st,
+		Write: func(ctx context.Context, msgs ...outbox.Message) error {
+			return pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error { return postgres.Write(ctx, tx, msgs...) })
+		},
+		Outstanding: func() int64 { return status().Outstanding },
+		Owner: func(p int) string {
+			for _, ps := range status().Partitions {
+				if ps.Partition == p && ps.LeaseExpiresAt.After(time.Now()) {
+					return ps.Owner
+				}
+			}
+			return ""
+		},
+		DeadLetters: func() int64 { return status().DeadLetters },
+	})
 }
