@@ -61,9 +61,6 @@ type RabbitMQNode struct {
 	env      []string
 	amqpPort int
 	logf     func(format string, args ...any)
-	// portTaken reports, after a failed start, whether it failed because a
-	// picked port was taken.
-	portTaken func() bool
 
 	mu     sync.Mutex
 	epmd   *Proc
@@ -102,6 +99,29 @@ func (n *RabbitMQNode) Restart(ctx context.Context) error {
 		}
 		n.logf("testenv: rabbitmq: port %d still taken after restart, retrying", n.amqpPort)
 	}
+}
+
+// Ctl runs rabbitmqctl with args against the node (such as
+// "set_vm_memory_high_watermark", "0.4") and returns its output. ctx bounds
+// the command.
+func (n *RabbitMQNode) Ctl(ctx context.Context, args ...string) (string, error) {
+	ctl := filepath.Join(filepath.Dir(n.script), "rabbitmqctl")
+	out, err := os.CreateTemp(n.dir, "rabbitmqctl-*.log")
+	if err != nil {
+		return "", fmt.Errorf("testenv: rabbitmqctl: %w", err)
+	}
+	out.Close()
+	defer os.Remove(out.Name())
+	err = RunProc(ctx, ProcConfig{
+		Name:    "rabbitmqctl",
+		Path:    ctl,
+		Args:    append([]string{"--node", n.nodename}, args...),
+		Dir:     n.dir,
+		Env:     n.env,
+		LogFile: out.Name(),
+	})
+	b, readErr := os.ReadFile(out.Name())
+	return string(b), errors.Join(err, readErr)
 }
 
 // stop stops the node and its epmd and removes its directory.
@@ -152,12 +172,12 @@ func StartRabbitMQ(ctx context.Context, opts RabbitMQOptions) (node *RabbitMQNod
 		return nil, nil, err
 	}
 	for attempt := 1; ; attempt++ {
-		n, err := startRabbitMQNode(ctx, script, opts, logf)
+		n, portTaken, err := startRabbitMQNode(ctx, script, opts, logf)
 		if err == nil {
 			stop := atExit("rabbitmq", n.stop)
 			return n, stop, nil
 		}
-		if n == nil || attempt == rabbitmqPortAttempts || ctx.Err() != nil || !n.portTaken() {
+		if !portTaken || attempt == rabbitmqPortAttempts || ctx.Err() != nil {
 			return nil, nil, err
 		}
 		logf("testenv: rabbitmq: a port was taken, retrying with other ports")
@@ -165,20 +185,19 @@ func StartRabbitMQ(ctx context.Context, opts RabbitMQOptions) (node *RabbitMQNod
 }
 
 // startRabbitMQNode makes a directory, picks ports, and starts epmd and the
-// node. On failure everything is stopped, the directory removed, and the
-// node (without processes) returned for inspection with portTaken.
-func startRabbitMQNode(ctx context.Context, script string, opts RabbitMQOptions, logf func(string, ...any)) (n *RabbitMQNode, err error) {
+// node. On failure everything is stopped and the directory removed;
+// portTaken reports whether the failure was a picked port being taken.
+func startRabbitMQNode(ctx context.Context, script string, opts RabbitMQOptions, logf func(string, ...any)) (n *RabbitMQNode, portTaken bool, err error) {
 	dir, err := NewServerDir(opts.Dir, "rabbitmq", nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	n = &RabbitMQNode{dir: dir, script: script, logf: logf}
 	var epmdFailed, serverFailed *Proc
-	n.portTaken = func() bool {
-		return epmdFailed != nil && epmdPortTaken(epmdFailed) || serverFailed != nil && rabbitmqPortTaken(serverFailed)
-	}
 	defer func() {
 		if err != nil {
+			// Before stop, which removes the logs.
+			portTaken = epmdFailed != nil && epmdPortTaken(epmdFailed) || serverFailed != nil && rabbitmqPortTaken(serverFailed)
 			_ = n.stop()
 		}
 	}()
@@ -186,7 +205,7 @@ func startRabbitMQNode(ctx context.Context, script string, opts RabbitMQOptions,
 	var ports [3]int
 	for i := range ports {
 		if ports[i], err = FreePort(); err != nil {
-			return n, err
+			return n, false, err
 		}
 	}
 	n.amqpPort = ports[0]
@@ -212,12 +231,12 @@ func startRabbitMQNode(ctx context.Context, script string, opts RabbitMQOptions,
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return n, fmt.Errorf("testenv: rabbitmq: %w", err)
+			return n, false, fmt.Errorf("testenv: rabbitmq: %w", err)
 		}
 	}
 	for _, sub := range []string{"home", "mnesia", "log"} {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
-			return n, fmt.Errorf("testenv: rabbitmq: %w", err)
+			return n, false, fmt.Errorf("testenv: rabbitmq: %w", err)
 		}
 	}
 	epmdAddr := []string{"ERL_EPMD_ADDRESS=127.0.0.1", "ERL_EPMD_PORT=" + strconv.Itoa(epmdPort)}
@@ -252,7 +271,7 @@ func startRabbitMQNode(ctx context.Context, script string, opts RabbitMQOptions,
 		Env:  n.env,
 	})
 	if err != nil {
-		return n, err
+		return n, false, err
 	}
 	n.epmd = epmd
 	epmdCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -260,17 +279,17 @@ func startRabbitMQNode(ctx context.Context, script string, opts RabbitMQOptions,
 	cancel()
 	if err != nil {
 		epmdFailed = epmd
-		return n, err
+		return n, false, err
 	}
 
 	server, err := n.startServer(ctx)
 	if err != nil {
 		serverFailed = server
-		return n, err
+		return n, false, err
 	}
 	n.server = server
 	logf("testenv: rabbitmq: node %s (pid %d) ready on 127.0.0.1:%d in %v", n.nodename, server.PID(), n.amqpPort, time.Since(t0).Round(time.Millisecond))
-	return n, nil
+	return n, false, nil
 }
 
 // startServer runs the rabbitmq-server script with n's environment and
@@ -436,6 +455,22 @@ func sharedRabbitMQNode(t testing.TB) *RabbitMQNode {
 func RabbitMQ(t testing.TB) string {
 	t.Helper()
 	return sharedRabbitMQNode(t).URL()
+}
+
+// RabbitMQCtl runs rabbitmqctl with args against the test process's node
+// and returns its output; it calls t.Fatalf if the command fails. Tests that
+// change the node's state (alarms, limits) must restore it and must not run
+// in parallel with other tests using the node.
+func RabbitMQCtl(t testing.TB, args ...string) string {
+	t.Helper()
+	n := sharedRabbitMQNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := n.Ctl(ctx, args...)
+	if err != nil {
+		t.Fatalf("testenv: rabbitmqctl %s: %v", strings.Join(args, " "), err)
+	}
+	return out
 }
 
 // RestartRabbitMQ restarts the test process's RabbitMQ node (see

@@ -98,3 +98,10 @@ func TestStartRabbitMQBadSettings(t *testing.T) {
 	_, _, err = testenv.StartRabbitMQ(context.Background(), testenv.RabbitMQOptions{})
 	errorContains(t, err, testenv.RabbitMQServerEnv, "/nonexistent/rabbitmq-server")
 }
+
+func TestRabbitMQCtl(t *testing.T) {
+	out := testenv.RabbitMQCtl(t, "list_queues", "--quiet", "name")
+	if strings.Contains(strings.ToLower(out), "error") {
+		t.Fatalf("rabbitmqctl list_queues: %s", out)
+	}
+}
