@@ -153,7 +153,9 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 			log.Warn("natsjs: asynchronous error", "err", err)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("natsjs: disconnected", "err", err)
+			if err != nil { // nil on an orderly Close
+				log.Warn("natsjs: disconnected", "err", err)
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("natsjs: reconnected", "server", nc.ConnectedUrlRedacted())
