@@ -74,12 +74,13 @@ func setup(t *testing.T, opts ...Options) *bundle {
 	return &bundle{ctx: ctx, path: path, opts: s.Options(), store: s}
 }
 
-// write commits msgs in one transaction with the store's Write.
+// write commits msgs in one transaction with the store's Write. It may be
+// called from any goroutine.
 func (b *bundle) write(t *testing.T, msgs ...outbox.Message) error {
 	t.Helper()
 	tx, err := b.store.DB().BeginTx(b.ctx, nil)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := b.store.Write(b.ctx, tx, msgs...); err != nil {
 		tx.Rollback()

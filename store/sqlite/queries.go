@@ -19,9 +19,13 @@ import "strings"
 //	            only with retention, are skipped)
 type queries struct {
 	insertHead string // INSERT … VALUES, without the rows
-	fetch      string
-	unsettled  string
-	claim      string
+	fetch      string // one cursor
+	unsettled  string // one cursor
+	// fetchGroups[i] and unsetGroups[i] serve cursorGroups[i] cursors:
+	// the one-cursor statement repeated in one UNION ALL.
+	fetchGroups [len(cursorGroups)]string
+	unsetGroups [len(cursorGroups)]string
+	claim       string
 
 	leaseOf string
 	// The Delivered statements end with "id IN (": the caller adds the
@@ -45,12 +49,39 @@ type queries struct {
 	leaveNode     string
 }
 
+// cursorGroups are the numbers of cursors one Fetch or Unsettled statement
+// serves: the per-cursor query repeated in a UNION ALL, unused slots padded
+// with partition -1. One statement for many cursors costs a fraction of one
+// statement per cursor, and a few fixed texts are prepared once per
+// connection.
+var cursorGroups = [...]int{1, 4, 16}
+
+// groupFor returns the index in cursorGroups of the statement to use for n
+// remaining cursors: the smallest group that holds them, or the largest.
+func groupFor(n int) int {
+	for i, g := range cursorGroups {
+		if n <= g {
+			return i
+		}
+	}
+	return len(cursorGroups) - 1
+}
+
+// groupOf repeats query n times in one UNION ALL.
+func groupOf(query string, n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = "SELECT * FROM (" + query + ")"
+	}
+	return strings.Join(parts, "\nUNION ALL ")
+}
+
 // recordColumns are the columns scanned by scanRecord, in order.
 const recordColumns = "seq, id, partition, topic, key, payload, headers, created_at, attempts, next_attempt_at, last_error"
 
 func newQueries(n names) queries {
 	m := n.messages
-	return queries{
+	q := queries{
 		insertHead: writeMarker + "INSERT INTO " + m + " (id, partition, topic, key, payload, headers, created_at) VALUES ",
 		fetch: "SELECT " + recordColumns + " FROM " + m + " INDEXED BY " + n.pendingIdx +
 			" WHERE partition = ? AND seq > ? AND published_at IS NULL ORDER BY seq LIMIT ?",
@@ -85,6 +116,11 @@ func newQueries(n names) queries {
 		leaveLeases: "UPDATE " + n.leases + " SET owner = NULL, expires_at = NULL WHERE owner = ?",
 		leaveNode:   "DELETE FROM " + n.relays + " WHERE node = ?",
 	}
+	for i, g := range cursorGroups {
+		q.fetchGroups[i] = groupOf(q.fetch, g)
+		q.unsetGroups[i] = groupOf(q.unsettled, g)
+	}
+	return q
 }
 
 // placeholders returns "?, ?, …" with n placeholders.

@@ -51,6 +51,9 @@ type Store struct {
 	bc         broadcaster
 	closed     atomic.Bool
 
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // prepared on db, by query text
+
 	// claimMu serialises ClaimUnordered and the end of claims; claimed holds
 	// the IDs of the records of open claims.
 	claimMu sync.Mutex
@@ -73,8 +76,11 @@ type Store struct {
 // transactions that wrote messages wake relays subscribed to this store.
 //
 // Use [Store.DB] for the application's own transactions, so that they share
-// the write queue and the notifications. A ":memory:" database is refused:
-// each connection would see its own empty database.
+// the write queue and the notifications. Do not call the Store's methods
+// that write (Settle, AcquireLeases, …) from a goroutine that holds a write
+// transaction of the same database: they wait for it, up to BusyTimeout.
+// A ":memory:" database is refused: each connection would see its own empty
+// database.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
@@ -120,7 +126,7 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 
 func newStore(db *sql.DB, opts Options) *Store {
 	n := newNames(opts)
-	return &Store{db: db, opts: opts, n: n, q: newQueries(n), claimed: make(map[string]struct{})}
+	return &Store{db: db, opts: opts, n: n, q: newQueries(n), claimed: make(map[string]struct{}), stmts: make(map[string]*sql.Stmt)}
 }
 
 // buildDSN turns Open's path into a "file:" URI with the store's connection
@@ -195,6 +201,12 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.bc.close()
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	clear(s.stmts)
+	s.stmtMu.Unlock()
 	if s.ownDB {
 		if err := s.db.Close(); err != nil {
 			return fmt.Errorf("sqlite: close: %w", err)
@@ -250,6 +262,26 @@ func (s *Store) Partitions(ctx context.Context) (int, error) {
 	}
 	s.partitions.Store(int64(p))
 	return p, nil
+}
+
+// prepared returns query prepared on the store's database, once: database/sql
+// then prepares it at most once per connection, so the hot statements are
+// parsed and planned once, not per call.
+func (s *Store) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if st, ok := s.stmts[query]; ok {
+		return st, nil
+	}
+	if s.closed.Load() {
+		return nil, outbox.ErrClosed
+	}
+	st, err := s.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[query] = st
+	return st, nil
 }
 
 // queryer is what *sql.DB, *sql.Conn and *sql.Tx have in common.
