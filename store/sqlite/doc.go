@@ -44,8 +44,11 @@
 //     nodes in one process share. Ordering "none" claims are exclusive only
 //     within one *Store (see [Store.ClaimUnordered]).
 //   - Write throughput is bounded by one writer at a time: with WAL and
-//     synchronous=NORMAL a commit takes tens of microseconds, so thousands
-//     of transactions per second, fewer with large payloads.
+//     synchronous=NORMAL a small transaction takes well under a
+//     millisecond, so thousands of transactions per second (the
+//     application's, the relay's settlements and the consumer's together),
+//     fewer with large payloads. Tests under -race are much slower: the
+//     driver is C translated to Go, and every memory access is checked.
 //   - A database on a network file system is not supported (SQLite's WAL
 //     needs shared memory on one host).
 //   - Payloads up to Options.MaxPayload (default 1 MiB, at most

@@ -57,14 +57,13 @@ type Options struct {
 	// published, before Cleanup deletes them. Zero (the default) deletes
 	// them on acknowledgement.
 	Retention time.Duration
-	// BusyTimeout is how long a write transaction waits for the write lock
-	// (SQLite's busy_timeout, and the wait for the in-process write gate of
-	// a database made by Open). Default [BusyTimeoutDefault]. New does not
-	// change the caller's connections; it uses BusyTimeout only for the
-	// store's own transactions' gate.
+	// BusyTimeout is how long a write transaction of a database made by
+	// Open waits for the write lock: SQLite's busy_timeout, and the wait in
+	// the in-process write queue. Default [BusyTimeoutDefault]. New leaves
+	// the caller's connections as they are and does not use it.
 	BusyTimeout time.Duration
-	// Now is the store's clock for leases, heartbeats, backoff, retention
-	// and CreatedAt; default time.Now. Every relay node using the same
+	// Now is the store's clock for leases, heartbeats, due retries of
+	// unordered claims, retention and CreatedAt; default time.Now. Every relay node using the same
 	// database must share one clock, which is natural as they all run in one
 	// process (see the package documentation). Tests inject their own.
 	Now func() time.Time
