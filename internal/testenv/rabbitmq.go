@@ -433,16 +433,34 @@ var sharedRabbitMQ lazy[*RabbitMQNode]
 func sharedRabbitMQNode(t testing.TB) *RabbitMQNode {
 	t.Helper()
 	requireMain(t)
-	n, err := sharedRabbitMQ.get(func() (*RabbitMQNode, error) {
+	n, err := startSharedRabbitMQ()
+	if err != nil {
+		t.Fatalf("testenv: RabbitMQ: %v", err)
+	}
+	return n
+}
+
+func startSharedRabbitMQ() (*RabbitMQNode, error) {
+	return sharedRabbitMQ.get(func() (*RabbitMQNode, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), rabbitmqStartTimeout)
 		defer cancel()
 		n, _, err := StartRabbitMQ(ctx, RabbitMQOptions{})
 		return n, err
 	})
-	if err != nil {
-		t.Fatalf("testenv: RabbitMQ: %v", err)
+}
+
+// SharedRabbitMQ is [RabbitMQ] for code without a testing.TB, such as
+// Example functions: it returns the URL of the test process's node,
+// starting it on first use. The test binary must run through [Main].
+func SharedRabbitMQ() (string, error) {
+	if !mainActive.Load() {
+		return "", errors.New("testenv: the shared RabbitMQ node needs the package's tests to run through testenv.Main")
 	}
-	return n
+	n, err := startSharedRabbitMQ()
+	if err != nil {
+		return "", err
+	}
+	return n.URL(), nil
 }
 
 // RabbitMQ returns the AMQP URL (amqp://guest:guest@127.0.0.1:PORT/) of the

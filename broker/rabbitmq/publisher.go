@@ -1,0 +1,547 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// stuckWriteGrace is how long a Publish call whose context has ended waits
+// for a write to the socket to return before it kills the connection (a
+// broker that blocked publishers stops reading, so a write can block
+// forever).
+const stuckWriteGrace = 2 * time.Second
+
+// closeTimeout bounds the AMQP closing handshake in Close.
+const closeTimeout = 5 * time.Second
+
+// Publisher publishes outbox messages to a RabbitMQ exchange with publisher
+// confirms. It implements [outbox.Publisher]: each batch is published
+// pipelined on one channel, and Publish returns one result per message once
+// the broker has confirmed (or refused) each. It never retries; it marks
+// with [outbox.Permanent] the failures that retrying cannot fix.
+//
+// Each message is published to Options.Exchange with routing key
+// Options.RoutingKey(Topic), the mandatory flag (unless AllowUnroutable),
+// and these properties:
+//
+//   - message-id: Message.ID;
+//   - type: Message.Topic;
+//   - timestamp: Message.CreatedAt (seconds);
+//   - delivery mode 2, persistent (1 if Transient);
+//   - content type: the message's "Content-Type" header, else
+//     application/octet-stream;
+//   - headers: the message's own, plus Outbox-Id (Message.ID), Outbox-Key
+//     (Message.Key, when not empty) and Outbox-Created-At (RFC 3339 with
+//     nanoseconds, UTC).
+//
+// The Publisher owns one connection. When it is lost (a broker restart, a
+// network failure), the messages awaiting a confirm fail with retryable
+// errors, and the next Publish call dials again; after a failed attempt,
+// calls fail at once with a retryable error until the backoff
+// (ReconnectBackoff, doubling up to ReconnectBackoffMax) has passed.
+//
+// A Publisher is safe for concurrent use.
+type Publisher struct {
+	url      string // as given, with credentials
+	redacted string // for errors and logs
+	opts     Options
+	sem      chan struct{} // one token per message awaiting its confirm
+	rr       atomic.Uint64 // round robin over channels
+
+	// lock guards the fields below; a channel so that waiting for it
+	// honours the caller's context (a dial may hold it for DialTimeout).
+	lock     chan struct{}
+	sess     *session
+	failures int       // consecutive failed dials
+	nextDial time.Time // no dial before this, after a failure
+	lastErr  error     // the last dial failure or connection loss
+
+	mu     sync.Mutex
+	closed bool
+	active sync.WaitGroup // Publish calls in progress
+	bg     sync.WaitGroup // goroutines: connection watchers, confirm collectors
+}
+
+// Dial connects to the broker at url (amqp://user:password@host:5672/vhost,
+// or amqps:// for TLS), declares the exchange (or checks it, with
+// PassiveExchange), and returns a Publisher that owns the connection. ctx
+// and opts.DialTimeout bound the attempt. Errors name url, with its
+// password redacted, and say what to change.
+func Dial(ctx context.Context, url string, opts Options) (*Publisher, error) {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	redacted := redactURL(url)
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: invalid URL %s: %w; want amqp://user:password@host:5672/vhost (or amqps://)", redacted, err)
+	}
+	if uri.Scheme == "amqps" && opts.TLS != nil && opts.TLS.ServerName == "" {
+		tlsCfg := opts.TLS.Clone()
+		tlsCfg.ServerName = uri.Host
+		opts.TLS = tlsCfg
+	}
+	p := &Publisher{
+		url:      url,
+		redacted: redacted,
+		opts:     opts,
+		sem:      make(chan struct{}, opts.MaxInFlight),
+		lock:     make(chan struct{}, 1),
+	}
+	s, err := dialSession(ctx, url, &p.opts, &p.bg)
+	if err != nil {
+		p.bg.Wait()
+		return nil, dialError(redacted, err)
+	}
+	p.sess = s
+	return p, nil
+}
+
+// dialError explains a failed connection attempt.
+func dialError(redacted string, err error) error {
+	var ae *amqp.Error
+	switch {
+	case strings.HasPrefix(err.Error(), "rabbitmq: "): // ours: declaring the exchange
+		return fmt.Errorf("%w (broker %s)", err, redacted)
+	case errors.Is(err, amqp.ErrSASL), errors.As(err, &ae) && ae.Code == amqp.AccessRefused:
+		return fmt.Errorf("rabbitmq: %s refused the credentials: check the user and password in the URL: %w", redacted, err)
+	case errors.Is(err, amqp.ErrVhost), errors.As(err, &ae) && ae.Code == amqp.NotAllowed:
+		return fmt.Errorf("rabbitmq: %s: the virtual host (the URL's path, %%2F for \"/\") does not exist or the user may not use it: %w", redacted, err)
+	case errors.As(err, &ae):
+		return fmt.Errorf("rabbitmq: %s: %w", redacted, err)
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("rabbitmq: cannot connect to %s in time: %w; check the URL's host and port and that RabbitMQ runs there (raise DialTimeout for a slow network)", redacted, err)
+	}
+	return fmt.Errorf("rabbitmq: cannot connect to %s: %w; check the URL's host and port and that RabbitMQ runs there", redacted, err)
+}
+
+// redactURL hides the password of an AMQP URL, without relying on it being
+// valid.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	at := strings.LastIndex(s, "@")
+	scheme := strings.Index(s, "://")
+	if at < 0 || scheme < 0 || scheme > at {
+		return s
+	}
+	user, _, hasPassword := strings.Cut(s[scheme+3:at], ":")
+	if !hasPassword {
+		return s
+	}
+	return s[:scheme+3] + user + ":xxxxx" + s[at:]
+}
+
+// Close makes later Publish calls fail with [outbox.ErrClosed], waits for
+// the calls in progress to return (at most their deadline, or
+// PublishTimeout), and closes the connection. Calling Close again returns
+// nil.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.active.Wait()
+
+	p.lock <- struct{}{}
+	s := p.sess
+	p.sess = nil
+	<-p.lock
+	if s != nil && !s.gone() {
+		s.close(closeTimeout)
+	}
+	// The watchers end with the connection; the confirm collectors once
+	// their confirms are settled, which closing the connection forces.
+	p.bg.Wait()
+	return nil
+}
+
+// begin registers a Publish call, unless the Publisher is closed.
+func (p *Publisher) begin() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.active.Add(1)
+	return true
+}
+
+// channel returns the session and the channel for the next Publish call,
+// dialing or opening a channel if needed.
+func (p *Publisher) channel(ctx context.Context) (*session, *channel, error) {
+	select {
+	case p.lock <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("rabbitmq: waiting for the connection to %s: %w", p.redacted, context.Cause(ctx))
+	}
+	defer func() { <-p.lock }()
+
+	s := p.sess
+	if s != nil && s.gone() {
+		<-s.done
+		p.lastErr = s.err
+		p.opts.Logger.Warn("rabbitmq: connection lost", "url", p.redacted, "err", s.err)
+		p.sess, s = nil, nil
+	}
+	if s == nil {
+		if wait := time.Until(p.nextDial); wait > 0 {
+			return nil, nil, fmt.Errorf("rabbitmq: not connected to %s (next attempt in %v): %w", p.redacted, wait.Round(time.Millisecond), p.lastErr)
+		}
+		var err error
+		s, err = dialSession(ctx, p.url, &p.opts, &p.bg)
+		if err != nil {
+			p.failures++
+			p.nextDial = time.Now().Add(outbox.Backoff(p.failures, p.opts.ReconnectBackoff, p.opts.ReconnectBackoffMax))
+			p.lastErr = err
+			p.opts.Logger.Warn("rabbitmq: reconnect failed", "url", p.redacted, "attempt", p.failures, "err", err)
+			return nil, nil, dialError(p.redacted, err)
+		}
+		if p.failures > 0 || p.lastErr != nil {
+			p.opts.Logger.Info("rabbitmq: reconnected", "url", p.redacted, "attempts", p.failures+1)
+		}
+		p.failures, p.lastErr = 0, nil
+		p.sess = s
+	}
+	i := int(p.rr.Add(1) % uint64(len(s.chans)))
+	c := s.chans[i]
+	if c == nil || c.closed() {
+		if c != nil {
+			p.opts.Logger.Warn("rabbitmq: channel closed by the broker; opening another", "url", p.redacted, "err", c.closeErr())
+		}
+		var err error
+		c, err = s.openChannel(&p.opts, p.opts.MaxInFlight+1)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w (broker %s)", err, p.redacted)
+		}
+		s.chans[i] = c
+	}
+	return s, c, nil
+}
+
+// Publish implements [outbox.Publisher]. It publishes msgs in order on one
+// channel, pipelined, never having more than MaxInFlight messages
+// unconfirmed across all calls, then waits for every confirm until ctx ends
+// (or PublishTimeout passes, if ctx has no deadline). It returns one result
+// per message: nil when the broker confirmed the message and did not return
+// it as unroutable. When ctx ends first, Publish returns promptly with a
+// retryable error for every message not yet confirmed; those may still be
+// delivered. Errors are classified:
+//
+//   - unroutable (returned by the broker: no queue bound for the routing
+//     key), a body over MaxMessageSize, headers too large for an AMQP frame,
+//     a routing key out of range, a missing exchange with PassiveExchange,
+//     an access refusal: permanent;
+//   - anything else (a negative confirm, the connection or channel lost
+//     before the confirm, no connection, publishers blocked by a broker
+//     alarm, timeouts): retryable.
+//
+// Publish may be called concurrently. It does not retain msgs.
+func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	if !p.begin() {
+		return outbox.FillErrors(len(msgs), fmt.Errorf("rabbitmq: publish: %w", outbox.ErrClosed))
+	}
+	defer p.active.Done()
+	if ctx.Err() != nil {
+		return outbox.FillErrors(len(msgs), fmt.Errorf("rabbitmq: publish: not sent: %w", context.Cause(ctx)))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.PublishTimeout,
+			fmt.Errorf("rabbitmq: no confirm within PublishTimeout (%v): %w", p.opts.PublishTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+
+	s, c, err := p.channel(ctx)
+	if err != nil {
+		return outbox.FillErrors(len(msgs), err)
+	}
+
+	// Build every publishing first: the failures found here are the
+	// message's own and permanent.
+	pubs := make([]amqp.Publishing, len(msgs))
+	keys := make([]string, len(msgs))
+	batch := make([]*inflight, 0, len(msgs))
+	for i, m := range msgs {
+		keys[i] = p.opts.RoutingKey(m.Topic)
+		if errs[i] = p.check(s, m, keys[i]); errs[i] != nil {
+			continue
+		}
+		pubs[i] = p.publishing(m)
+		batch = append(batch, &inflight{index: i, id: m.ID, routingKey: keys[i]})
+	}
+	mandatory := !p.opts.AllowUnroutable
+	if mandatory {
+		c.register(batch)
+		defer c.unregister(batch)
+	}
+
+	// A write blocked on a socket the broker no longer reads must not hold
+	// the call past its context: kill the connection then.
+	sending := make(chan struct{})
+	stopWatchdog := context.AfterFunc(ctx, func() {
+		timer := time.NewTimer(stuckWriteGrace)
+		defer timer.Stop()
+		select {
+		case <-sending:
+		case <-timer.C:
+			p.opts.Logger.Warn("rabbitmq: a write to the broker is stuck; closing the connection", "url", p.redacted)
+			s.kill()
+		}
+	})
+
+	sent := 0    // batch[:sent] were published (or failed to be)
+	settled := 0 // batch[:settled] have their result
+	settle := func() {
+		in := batch[settled]
+		settled++
+		if in.dc == nil { // not published
+			return
+		}
+		<-in.dc.Done()
+		errs[in.index] = p.result(c, in, msgs[in.index])
+		<-p.sem
+	}
+	failRest := func(err error) {
+		for _, in := range batch[sent:] {
+			errs[in.index] = err
+		}
+		sent = len(batch)
+	}
+
+publishing:
+	for sent < len(batch) {
+		in := batch[sent]
+		// Take a token, settling our own oldest message if its confirm
+		// comes first (so a batch larger than MaxInFlight cannot deadlock).
+		for {
+			if ctx.Err() != nil {
+				failRest(fmt.Errorf("rabbitmq: publish: not sent: %w", context.Cause(ctx)))
+				break publishing
+			}
+			var oldest <-chan struct{}
+			if settled < sent {
+				if dc := batch[settled].dc; dc != nil {
+					oldest = dc.Done()
+				} else {
+					settle()
+					continue
+				}
+			}
+			select {
+			case p.sem <- struct{}{}:
+			case <-oldest:
+				settle()
+				continue
+			case <-ctx.Done():
+				continue
+			}
+			break
+		}
+		if reason := s.blocked.Load(); reason != nil {
+			<-p.sem
+			failRest(fmt.Errorf("rabbitmq: publish: not sent: the broker blocks publishers (%s); retry later", *reason))
+			break
+		}
+		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, p.opts.Exchange, in.routingKey, mandatory, false, pubs[in.index])
+		if err != nil {
+			<-p.sem
+			if c.closed() || errors.Is(err, amqp.ErrClosed) {
+				failRest(p.channelLost(c, "not sent"))
+				break
+			}
+			errs[in.index] = fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not sent: %w", p.opts.Exchange, in.routingKey, err)
+			sent++
+			continue
+		}
+		in.dc = dc
+		sent++
+	}
+	close(sending)
+	stopWatchdog()
+
+	// Wait for the confirms, in order.
+	for settled < sent {
+		in := batch[settled]
+		if in.dc == nil {
+			settled++
+			continue
+		}
+		select {
+		case <-in.dc.Done():
+			settle()
+			continue
+		case <-ctx.Done():
+		}
+		// Abandon the rest: their tokens are given back once their
+		// confirms arrive, by a collector bounded by PublishTimeout.
+		var rest []*inflight
+		for _, in := range batch[settled:sent] {
+			if in.dc == nil {
+				continue
+			}
+			select {
+			case <-in.dc.Done():
+				errs[in.index] = p.result(c, in, msgs[in.index])
+				<-p.sem
+			default:
+				errs[in.index] = fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not confirmed (the message may still be delivered): %w",
+					p.opts.Exchange, in.routingKey, context.Cause(ctx))
+				rest = append(rest, in)
+			}
+		}
+		settled = sent
+		p.collect(s, c, rest)
+	}
+	return errs
+}
+
+// collect gives back the tokens of abandoned messages once their confirms
+// arrive. If they do not arrive within PublishTimeout, the connection is
+// considered stuck and killed, which settles them.
+func (p *Publisher) collect(s *session, c *channel, rest []*inflight) {
+	if len(rest) == 0 {
+		return
+	}
+	p.bg.Go(func() {
+		timer := time.NewTimer(p.opts.PublishTimeout)
+		defer timer.Stop()
+		for _, in := range rest {
+			select {
+			case <-in.dc.Done():
+			case <-timer.C:
+				p.opts.Logger.Warn("rabbitmq: confirms overdue; closing the connection", "url", p.redacted, "overdue", len(rest))
+				s.kill()
+				<-in.dc.Done()
+			}
+			c.collectReturns() // keep the returns buffer from filling up
+			<-p.sem
+		}
+	})
+}
+
+// result is the outcome of a message whose confirmation is done.
+func (p *Publisher) result(c *channel, in *inflight, m *outbox.Message) error {
+	c.collectReturns()
+	if r := c.returnOf(in); r != nil {
+		return outbox.Permanent(fmt.Errorf("rabbitmq: message %s of topic %q is unroutable: exchange %q has no queue bound for routing key %q (%d %s); bind a queue to the exchange for this routing key, or map the topic to another routing key",
+			m.ID, m.Topic, p.opts.Exchange, in.routingKey, r.ReplyCode, r.ReplyText))
+	}
+	if in.dc.Acked() {
+		return nil
+	}
+	if c.closed() {
+		return p.channelLost(c, "not confirmed (the message may still be delivered)")
+	}
+	return fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: the broker refused the message (basic.nack: an internal error, or a queue full with overflow reject-publish); retry later",
+		p.opts.Exchange, in.routingKey)
+}
+
+// channelLost is the error of the messages in flight on c when it closed.
+// It is permanent only when retrying cannot help: the exchange is missing
+// and the Publisher does not declare it, or the user lacks a permission.
+func (p *Publisher) channelLost(c *channel, what string) error {
+	cause := c.closeErr()
+	err := fmt.Errorf("rabbitmq: publish to exchange %q: %s: channel closed: %w", p.opts.Exchange, what, cause)
+	var ae *amqp.Error
+	if errors.As(cause, &ae) {
+		switch {
+		case ae.Code == amqp.NotFound && p.opts.PassiveExchange:
+			return outbox.Permanent(fmt.Errorf("%w; declare exchange %q, or unset PassiveExchange", err, p.opts.Exchange))
+		case ae.Code == amqp.AccessRefused:
+			return outbox.Permanent(fmt.Errorf("%w; grant the user the write permission on exchange %q", err, p.opts.Exchange))
+		}
+	}
+	return err
+}
+
+// check returns the permanent error of a message that cannot be published.
+func (p *Publisher) check(s *session, m *outbox.Message, key string) error {
+	if m.ID == "" {
+		return outbox.Permanent(errors.New("rabbitmq: message has no ID: messages must be written through a store (or prepared with Message.Prepare)"))
+	}
+	if key == "" || len(key) > MaxRoutingKeyLen {
+		return outbox.Permanent(fmt.Errorf("rabbitmq: topic %q maps to a routing key of %d bytes; AMQP allows 1 to %d: change the topic or Options.RoutingKey", m.Topic, len(key), MaxRoutingKeyLen))
+	}
+	if len(m.Payload) > p.opts.MaxMessageSize {
+		return outbox.Permanent(fmt.Errorf("rabbitmq: message %s of topic %q has a payload of %d bytes, over MaxMessageSize (%d, the broker's max_message_size): shrink the payload, or raise max_message_size in rabbitmq.conf and MaxMessageSize",
+			m.ID, m.Topic, len(m.Payload), p.opts.MaxMessageSize))
+	}
+	// The content header frame (properties and headers) cannot be split:
+	// it must fit in frame_max, or the broker closes the connection.
+	if s.frameMax > 0 {
+		if n := headerFrameSize(m, key); n > s.frameMax {
+			return outbox.Permanent(fmt.Errorf("rabbitmq: message %s of topic %q has headers of about %d bytes, over the connection's frame_max (%d): send fewer or smaller headers",
+				m.ID, m.Topic, n, s.frameMax))
+		}
+	}
+	return nil
+}
+
+// headerFrameSize estimates (from above) the size of the content header
+// frame carrying m's properties.
+func headerFrameSize(m *outbox.Message, key string) int {
+	n := 64 + 3*len(m.ID) + len(m.Topic) + len(key) + len(m.Key) + 64 // fixed fields, ids, type, created-at
+	for k, v := range m.Headers {
+		n += 1 + len(k) + 1 + 4 + len(v)
+		if strings.EqualFold(k, "Content-Type") {
+			n += 1 + len(v)
+		}
+	}
+	return n + 6*16 // our header names and their encoding
+}
+
+// publishing builds the AMQP message for m.
+func (p *Publisher) publishing(m *outbox.Message) amqp.Publishing {
+	h := make(amqp.Table, len(m.Headers)+3)
+	contentType := "application/octet-stream"
+	for k, v := range m.Headers {
+		h[k] = v
+		if strings.EqualFold(k, "Content-Type") {
+			contentType = v
+		}
+	}
+	// Ours last: a reserved name in m.Headers (rejected by Validate) cannot
+	// override them.
+	h[outbox.HeaderID] = m.ID
+	if m.Key != "" {
+		h[outbox.HeaderKey] = m.Key
+	}
+	if !m.CreatedAt.IsZero() {
+		h[outbox.HeaderCreatedAt] = m.CreatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	mode := amqp.Persistent
+	if p.opts.Transient {
+		mode = amqp.Transient
+	}
+	return amqp.Publishing{
+		Headers:      h,
+		ContentType:  contentType,
+		DeliveryMode: mode,
+		MessageId:    m.ID,
+		Type:         m.Topic,
+		Timestamp:    m.CreatedAt,
+		Body:         m.Payload,
+	}
+}
