@@ -3,9 +3,11 @@ package demo
 import (
 	"bytes"
 	"context"
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,5 +134,69 @@ func TestValidate(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("error %q shows a password", err)
 		}
+	}
+}
+
+// syncBuffer is an output buffer safe for concurrent use that signals
+// each write.
+type syncBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{}
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case b.written <- struct{}{}:
+	default:
+	}
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRunCancel: cancelling the context ends a long run promptly, with the
+// context's error and the summary still printed.
+func TestRunCancel(t *testing.T) {
+	out := &syncBuffer{written: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	var sum Summary
+	var err error
+	go func() {
+		defer close(done)
+		sum, err = Run(ctx, Options{Duration: time.Hour, Rate: 200, Out: out})
+	}()
+	// Cancel once orders are flowing, as a progress line shows.
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for !regexp.MustCompile(`orders [1-9]`).MatchString(out.String()) {
+		select {
+		case <-out.written:
+		case <-done:
+			t.Fatalf("Run ended early: %v\n%s", err, out.String())
+		case <-deadline.C:
+			t.Fatalf("no progress line with orders within a minute:\n%s", out.String())
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-deadline.C:
+		t.Fatal("Run did not return within a minute of cancellation")
+	}
+	t.Logf("output:\n%s", out.String())
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run after cancel = %v, want context.Canceled", err)
+	}
+	if sum.Orders == 0 || !strings.Contains(out.String(), "order violations: ") {
+		t.Errorf("summary after cancel: %+v", sum)
 	}
 }
