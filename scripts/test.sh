@@ -24,11 +24,6 @@ fi
 if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
   apt_install rabbitmq-server
 fi
-# The Debian package starts a node when a service manager exists; the tests
-# start their own nodes, so make sure no stray one holds the default ports.
-if command -v epmd >/dev/null 2>&1 && pgrep -x beam.smp >/dev/null 2>&1 && [ -n "${CI:-}" ]; then
-  as_root pkill -x beam.smp || true
-fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm
 fi
