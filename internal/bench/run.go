@@ -37,8 +37,8 @@ type Result struct {
 	Latency *Latency `json:"latency,omitempty"`
 	// Err is set when a run failed (the remaining runs were skipped).
 	Err string `json:"error,omitempty"`
-
-	details []RunResult
+	// Details holds every run's outcome.
+	Details []RunResult `json:"-"`
 }
 
 // Report is the outcome of [Run].
@@ -180,7 +180,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
 				continue
 			}
-			res.details = append(res.details, run)
+			res.Details = append(res.Details, run)
 			res.Failed += run.Failed
 		}
 	}
@@ -204,11 +204,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // finish computes the medians, ratios, the combined ceiling and targets.
 func (r *Report) finish(began time.Time) {
 	for _, res := range r.Results {
-		if len(res.details) == 0 {
+		if len(res.Details) == 0 {
 			continue
 		}
 		res.Runs = res.Runs[:0]
-		for _, d := range res.details {
+		for _, d := range res.Details {
 			res.Runs = append(res.Runs, d.MsgsPerSec)
 		}
 		res.MsgsPerSec, res.Min, res.Max = summarize(res.Runs)

@@ -169,8 +169,8 @@ func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report) (
 	rate := o.SteadyRate
 	if rate == 0 {
 		ref := 0.0
-		if rk := rep.Result(RelayKeyName); rk != nil && rk.Err == "" && len(rk.details) > 0 {
-			ref, _, _ = summarize(runRates(rk.details))
+		if rk := rep.Result(RelayKeyName); rk != nil && rk.Err == "" && len(rk.Details) > 0 {
+			ref, _, _ = summarize(runRates(rk.Details))
 		} else {
 			fmt.Fprintln(o.Notices, "bench: steady: relay/key did not run; measuring it once for the steady rate (or give --steady-rate)")
 			env.meter.scenario(RelayKeyName+" (for steady)", 1, 1)
