@@ -167,7 +167,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, 
 	})
 	seqs := make([]int64, len(items))
 	for i := range items {
-		seqs[i] = nextSeq(s.opts.Now())
+		seqs[i] = s.seq.next(s.opts.Now())
 	}
 	var moved atomic.Int64
 	err = parallel(ctx, len(items), s.opts.Concurrency, func(ctx context.Context, i int) error {

@@ -20,10 +20,10 @@ import (
 //
 //	Seq = UnixMicro(write time) × 1024 + r
 //
-// where r starts as a random number below 512 and the process-wide
-// generator makes every Seq it hands out larger than the previous one (it
-// adds one when the clock has not moved on or went back). So one process's
-// writes get increasing Seqs, and writes of different processes are
+// where r starts as a random number below 512 and each Store's generator
+// makes every Seq it hands out larger than the previous one (it adds one
+// when the clock has not moved on or went back). So one Store's writes get
+// increasing Seqs, and writes of different Stores (processes) are
 // ordered by their clocks to the microsecond, ties broken at random. It
 // fits an int64 until the year 2255. DynamoDB has no server-side sequence;
 // a counter item per shard would serialise every writer of the shard, so
@@ -36,20 +36,21 @@ const (
 	seqRandom = 512
 )
 
-var seqGen struct {
-	sync.Mutex
+// seqGen hands out a Store's Seqs.
+type seqGen struct {
+	mu   sync.Mutex
 	last int64
 }
 
-// nextSeq returns the next Seq for a write at now.
-func nextSeq(now time.Time) int64 {
+// next returns the next Seq for a write at now.
+func (g *seqGen) next(now time.Time) int64 {
 	seq := now.UnixMicro()<<seqShift | rand.Int64N(seqRandom)
-	seqGen.Lock()
-	if seq <= seqGen.last {
-		seq = seqGen.last + 1
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if seq <= g.last {
+		seq = g.last + 1
 	}
-	seqGen.last = seq
-	seqGen.Unlock()
+	g.last = seq
 	return seq
 }
 
@@ -125,7 +126,7 @@ func (s *Store) newItem(msg *outbox.Message) (map[string]types.AttributeValue, e
 		return nil, err
 	}
 	shard := outbox.PartitionOf(msg.Key, s.opts.Shards)
-	seq := nextSeq(now)
+	seq := s.seq.next(now)
 	created := micros(msg.CreatedAt)
 	item := map[string]types.AttributeValue{
 		attrID:                     str(msg.ID),

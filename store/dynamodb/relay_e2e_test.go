@@ -137,5 +137,8 @@ func TestRelayEndToEnd(t *testing.T) {
 			t.Fatalf("%d messages still outstanding", n)
 		}
 	}
-	t.Logf("requests: %+v (duplicates published: %d)", s.Stats(), pub.dups)
+	pub.mu.Lock()
+	dups := pub.dups
+	pub.mu.Unlock()
+	t.Logf("requests: %+v (duplicates published: %d)", s.Stats(), dups)
 }

@@ -34,6 +34,7 @@ type Store struct {
 	table     *string
 	callOpts  []func(*dynamodb.Options)
 	stats     stats
+	seq       seqGen
 	transport *http.Transport // ours to close, or nil
 }
 
