@@ -287,11 +287,13 @@ func TestWriteManyChunks(t *testing.T) {
 // and immediate transactions, none fails with "database is locked".
 func TestConcurrentWriters(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// Generous timeouts: the point is that writers wait rather than fail,
+	// and a loaded test machine (or -race) makes each transaction slow.
+	b := setup(t, Options{BusyTimeout: 30 * time.Second})
 	if _, err := b.store.DB().ExecContext(b.ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY, customer TEXT)"); err != nil {
 		t.Fatal(err)
 	}
-	dsn, err := buildDSN(b.path, 10*time.Second)
+	dsn, err := buildDSN(b.path, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +306,7 @@ func TestConcurrentWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const writers, perWriter = 8, 60
+	const writers, perWriter = 8, 40
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {
