@@ -45,6 +45,9 @@ const (
 	FetchSizeDefault = 1000
 	FetchSizeMax     = 100000
 
+	InFlightDefault = 4
+	InFlightMax     = 64
+
 	PublishTimeoutDefault = 10 * time.Second
 	PublishTimeoutMin     = 10 * time.Millisecond
 
@@ -83,6 +86,10 @@ type Config struct {
 	// FetchSize bounds the records read per partition per fetch, and so the
 	// records a worker holds in memory per partition.
 	FetchSize int
+	// InFlight bounds the Publish calls one worker has in flight. Eligible
+	// records are split over the free calls, so keys come back from the
+	// broker in small groups and go out again at once.
+	InFlight int
 	// PublishTimeout bounds one Publish call.
 	PublishTimeout time.Duration
 	// LeaseTTL is how long a partition lease lasts without renewal. It must
@@ -133,6 +140,7 @@ func (c Config) WithDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.FetchSize = cmp.Or(c.FetchSize, max(FetchSizeDefault, c.BatchSize))
+	c.InFlight = cmp.Or(c.InFlight, InFlightDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, max(LeaseTTLDefault, 3*c.PublishTimeout))
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
@@ -165,6 +173,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := between("FetchSize", c.FetchSize, c.BatchSize, FetchSizeMax); err != nil {
+		return err
+	}
+	if err := between("InFlight", c.InFlight, 1, InFlightMax); err != nil {
 		return err
 	}
 	if err := between("MaxAttempts", c.MaxAttempts, 1, MaxAttemptsMax); err != nil {

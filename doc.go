@@ -57,7 +57,7 @@
 // # Bounded everything
 //
 // Batch size, records held in memory per partition (FetchSize), Publish
-// calls in flight per worker (two), publish time (PublishTimeout), lease
+// calls in flight per worker (InFlight), publish time (PublishTimeout), lease
 // time (LeaseTTL) and shutdown time (ShutdownTimeout) are bounded and
 // configurable, with the defaults in the *Default constants.
 //

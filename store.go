@@ -142,6 +142,13 @@ type MarkedFetcher interface {
 	FetchMarked(ctx context.Context, cursors []Cursor, limit int) (recs []Record, mark string, err error)
 }
 
+// CommitOrdered is implemented by stores whose Seq order is their commit
+// order (SQLite, where write transactions are serialised): no record can
+// commit below a relay's cursor, so the relay never sweeps below it.
+type CommitOrdered interface {
+	CommitOrdered()
+}
+
 // UnorderedStore is implemented by stores that support Ordering "none", the
 // seeds' design: any worker claims any due records with row locks held
 // until the claim is settled (FOR UPDATE SKIP LOCKED in PostgreSQL).

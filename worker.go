@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// maxBatchesInFlight is how many Publish calls one worker keeps in flight,
-// so the broker works on one batch while the worker settles and fetches.
-const maxBatchesInFlight = 2
+// minSplitBatch is the smallest batch the worker splits its eligible
+// records into when it has several publish slots free.
+const minSplitBatch = 16
 
 // markedSweepInterval is the least time between sweeps with a store that
 // implements MarkedFetcher, whose fetches already return late commits.
@@ -77,7 +77,7 @@ func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 		index:      index,
 		wake:       wake,
 		parts:      map[int]*partState{},
-		results:    make(chan publishResult, maxBatchesInFlight),
+		results:    make(chan publishResult, r.cfg.InFlight),
 		settle:     map[int]*Settlement{},
 		settleJobs: make(chan []Settlement),
 		fetchedCh:  make(chan fetchResult, 1),
@@ -120,10 +120,12 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		now := time.Now()
 		if now.Before(w.retryStore) {
 			// The store failed recently: wait before touching it again.
-		} else if w.inflight < maxBatchesInFlight {
+		} else if w.inflight < w.r.cfg.InFlight {
 			w.refill(ctx)
-			if batch := w.build(time.Now()); len(batch) > 0 {
-				w.launch(killCtx, batch)
+			if batches := w.build(time.Now()); len(batches) > 0 {
+				for _, b := range batches {
+					w.launch(killCtx, b)
+				}
 				continue
 			}
 			if w.shouldSweep(time.Now()) {
@@ -224,7 +226,9 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
 	}
-	if _, marked := w.r.store.(MarkedFetcher); len(w.parts) > 0 && !marked {
+	_, marked := w.r.store.(MarkedFetcher)
+	_, ordered := w.r.store.(CommitOrdered)
+	if len(w.parts) > 0 && !marked && !ordered {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	for _, ps := range w.parts {
@@ -415,6 +419,9 @@ func (w *worker) shouldSweep(now time.Time) bool {
 		return false
 	}
 	since := now.Sub(w.lastSweep)
+	if _, ordered := w.r.store.(CommitOrdered); ordered {
+		return false // nothing can commit below a cursor
+	}
 	if _, marked := w.r.store.(MarkedFetcher); marked {
 		// Marks already return late commits; the sweep is a safety net.
 		return since >= max(w.r.cfg.SweepInterval, markedSweepInterval)
@@ -422,7 +429,7 @@ func (w *worker) shouldSweep(now time.Time) bool {
 	if since >= w.r.cfg.SweepInterval {
 		return true
 	}
-	if since < 5*time.Millisecond {
+	if since < w.r.cfg.SweepInterval/10 {
 		return false
 	}
 	for _, ps := range w.parts {
@@ -508,15 +515,23 @@ func (ps *partState) requeue(rec *Record) {
 	ps.pending = slices.Insert(ps.pending, 0, rec)
 }
 
-// build picks the next batch: for each key only its first pending record,
-// and only when no record of that key is in flight and it is due.
-// Partitions whose lease would not outlive a publish are left alone.
-func (w *worker) build(now time.Time) []*Record {
+// build picks the next batches: for each key only its first pending
+// record, and only when no record of that key is in flight and it is due.
+// Partitions whose lease would not outlive a publish are left alone. The
+// records (at most BatchSize per free publish slot) are split evenly over
+// the free slots, so that keys come back from the broker in small groups
+// and go out again at once instead of waiting for one large batch.
+func (w *worker) build(now time.Time) [][]*Record {
 	cfg := w.r.cfg
-	var batch []*Record
+	free := cfg.InFlight - w.inflight
+	if free <= 0 {
+		return nil
+	}
+	limit := cfg.BatchSize * free
+	var recs []*Record
 	n := len(w.order)
 	mono := time.Now()
-	for k := 0; k < n && len(batch) < cfg.BatchSize; k++ {
+	for k := 0; k < n && len(recs) < limit; k++ {
 		p := w.order[(w.next+k)%n]
 		ps := w.parts[p]
 		if len(ps.pending) == 0 || !mono.Add(cfg.PublishTimeout).Before(ps.validUntil) {
@@ -525,7 +540,7 @@ func (w *worker) build(now time.Time) []*Record {
 		seen := map[string]bool{}
 		kept := ps.pending[:0]
 		for i, rec := range ps.pending {
-			if len(batch) >= cfg.BatchSize {
+			if len(recs) >= limit {
 				kept = append(kept, ps.pending[i:]...)
 				break
 			}
@@ -547,7 +562,7 @@ func (w *worker) build(now time.Time) []*Record {
 				ps.busy[rec.Key] = true
 			}
 			ps.inflight[rec.ID] = rec
-			batch = append(batch, rec)
+			recs = append(recs, rec)
 		}
 		clear(ps.pending[len(kept):])
 		ps.pending = kept
@@ -555,7 +570,19 @@ func (w *worker) build(now time.Time) []*Record {
 	if n > 0 {
 		w.next = (w.next + 1) % n
 	}
-	return batch
+	if len(recs) == 0 {
+		return nil
+	}
+	parts := min(free, max(1, len(recs)/minSplitBatch))
+	parts = max(parts, (len(recs)+cfg.BatchSize-1)/cfg.BatchSize)
+	size := (len(recs) + parts - 1) / parts
+	batches := make([][]*Record, 0, parts)
+	for len(recs) > 0 {
+		k := min(size, len(recs))
+		batches = append(batches, recs[:k:k])
+		recs = recs[k:]
+	}
+	return batches
 }
 
 // launch publishes batch in its own goroutine; the result comes back on

@@ -22,6 +22,7 @@ import (
 var (
 	_ outbox.Store           = (*Store)(nil)
 	_ outbox.UnorderedStore  = (*Store)(nil)
+	_ outbox.CommitOrdered   = (*Store)(nil)
 	_ outbox.Notifier        = (*Store)(nil)
 	_ outbox.Cleaner         = (*Store)(nil)
 	_ outbox.StatusReader    = (*Store)(nil)
@@ -377,3 +378,8 @@ func truncateError(s string) string {
 	}
 	return strings.ToValidUTF8(s[:maxErrorLen], "")
 }
+
+// CommitOrdered implements outbox.CommitOrdered: SQLite serialises write
+// transactions and Seq is assigned inside them, so Seq order is commit
+// order and the relay never needs to sweep below its cursors.
+func (s *Store) CommitOrdered() {}
