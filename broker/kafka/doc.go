@@ -1,0 +1,29 @@
+// Package kafka publishes outbox messages to Apache Kafka through franz-go
+// (github.com/twmb/franz-go/pkg/kgo).
+//
+//	p, err := kafka.Dial(ctx, kafka.Options{Brokers: []string{"localhost:9092"}})
+//
+// # Guarantees
+//
+//   - A nil result means the record was acknowledged with acks=all: every
+//     in-sync replica has it.
+//   - Per-key order. The record key is the message key, so the messages of
+//     a key go to one partition; the idempotent producer (franz-go's
+//     default) keeps a partition's records in order and drops the
+//     duplicates its own retries could create. The relay never puts two
+//     messages of one key in a batch and waits for a key's message to be
+//     acknowledged before publishing the next, so order holds across
+//     batches too.
+//   - A missing topic is a permanent failure naming the topic, found at
+//     once with a metadata request (cached) instead of after franz-go's
+//     retries, unless Options.AllowAutoTopicCreation is set.
+//   - Bounded: the client holds at most Options.MaxBufferedRecords records;
+//     a record fails after Options.DeliveryTimeout in the client; a Publish
+//     call ends when its context does (or after Options.PublishTimeout
+//     without a deadline).
+//
+// Every record carries the message ID in the Outbox-Id header: Kafka has no
+// message ID of its own, and consumers use it to drop the duplicates that
+// at-least-once delivery allows (a record re-published after a lost
+// acknowledgement).
+package kafka

@@ -1,0 +1,190 @@
+package kafka
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Defaults and limits of [Options].
+const (
+	// DeliveryTimeoutDefault bounds how long a record may wait in the
+	// client, including the client's own retries, before it fails
+	// (kgo.RecordDeliveryTimeout, Kafka's delivery.timeout.ms).
+	DeliveryTimeoutDefault = 30 * time.Second
+	// DeliveryTimeoutMin is the smallest DeliveryTimeout accepted.
+	DeliveryTimeoutMin = 100 * time.Millisecond
+
+	// PublishTimeoutDefault bounds a Publish call whose context has no
+	// deadline.
+	PublishTimeoutDefault = 10 * time.Second
+	// PublishTimeoutMin is the smallest PublishTimeout accepted.
+	PublishTimeoutMin = time.Millisecond
+
+	// MaxBufferedRecordsDefault bounds the records the client holds,
+	// buffered or in flight, across all Publish calls
+	// (kgo.MaxBufferedRecords); Publish waits for room beyond it.
+	MaxBufferedRecordsDefault = 10000
+	// MaxBufferedRecordsMax is the largest MaxBufferedRecords accepted.
+	MaxBufferedRecordsMax = 1 << 20
+
+	// MaxMessageBytesDefault is Kafka's default message.max.bytes: a record
+	// batch, and so a record with its key and headers, must not be larger.
+	MaxMessageBytesDefault = 1048588
+	// MaxMessageBytesMin and MaxMessageBytesMax bound MaxMessageBytes (the
+	// range franz-go accepts).
+	MaxMessageBytesMin = 512
+	MaxMessageBytesMax = 1 << 30
+
+	// DialTimeoutDefault bounds connecting to one broker.
+	DialTimeoutDefault = 10 * time.Second
+
+	// metadataMinAge is the least time between two metadata refreshes of
+	// the client (franz-go's default is 5s).
+	metadataMinAge = 500 * time.Millisecond
+	// unknownTopicRetries is how many metadata answers in a row saying a
+	// topic does not exist fail its records (franz-go's default is 4).
+	unknownTopicRetries = 3
+
+	// topicCacheTTL is how long a topic seen to exist is not checked again.
+	topicCacheTTL = time.Minute
+	// MaxTopicLen is the longest Kafka topic name.
+	MaxTopicLen = 249
+)
+
+// Options configures a [Publisher]. Brokers is required; every other field
+// has a default.
+type Options struct {
+	// Brokers are the seed brokers, host:port (at least one).
+	Brokers []string
+	// TopicMapper maps a message's Topic to its Kafka topic (default: the
+	// topic itself). Its result must be a valid Kafka topic name (1 to 249
+	// bytes of letters, digits, '.', '_' and '-', not "." or ".."); a message
+	// mapped to an invalid name fails permanently. It is called
+	// concurrently.
+	TopicMapper func(topic string) string
+	// AllowAutoTopicCreation lets the broker create a missing topic (if the
+	// broker allows it, auto.create.topics.enable). By default a message to
+	// a topic that does not exist fails permanently, naming the topic: the
+	// Publisher checks that each topic exists (with a metadata request,
+	// cached for a minute) before producing to it.
+	AllowAutoTopicCreation bool
+	// DeliveryTimeout bounds how long a record may wait in the client,
+	// including franz-go's own retries (which the idempotent producer needs
+	// to keep its sequence numbers), before it fails with a retryable error
+	// (default DeliveryTimeoutDefault).
+	DeliveryTimeout time.Duration
+	// PublishTimeout bounds a Publish call whose context has no deadline
+	// (default PublishTimeoutDefault).
+	PublishTimeout time.Duration
+	// MaxBufferedRecords bounds the records held by the client, across all
+	// Publish calls (default MaxBufferedRecordsDefault, at most
+	// MaxBufferedRecordsMax).
+	MaxBufferedRecords int
+	// MaxMessageBytes is the largest record batch the client sends
+	// (kgo.ProducerBatchMaxBytes; default MaxMessageBytesDefault). Set it to
+	// the broker's message.max.bytes (or the topic's max.message.bytes): a
+	// record larger than it, with key and headers, fails permanently
+	// without being sent.
+	MaxMessageBytes int
+	// Linger is how long a partition waits for more records before sending
+	// a batch (kgo.ProducerLinger; default 0: send at once, batching the
+	// records that arrive while a request is in flight).
+	Linger time.Duration
+	// DialTimeout bounds connecting to one broker (default
+	// DialTimeoutDefault).
+	DialTimeout time.Duration
+	// ClientID is the client ID the brokers see (default "outbox-relay").
+	ClientID string
+	// Logger receives franz-go's warnings and errors (and, at debug level,
+	// more). Default: discard.
+	Logger *slog.Logger
+	// ClientOptions are extra franz-go options, applied last: TLS
+	// (kgo.DialTLSConfig), SASL (kgo.SASL), and so on. Options that would
+	// weaken the guarantees (acks other than all, disabling idempotence)
+	// are the caller's responsibility.
+	ClientOptions []kgo.Opt
+}
+
+// WithDefaults returns o with the zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.TopicMapper == nil {
+		o.TopicMapper = func(topic string) string { return topic }
+	}
+	o.DeliveryTimeout = cmp.Or(o.DeliveryTimeout, DeliveryTimeoutDefault)
+	o.PublishTimeout = cmp.Or(o.PublishTimeout, PublishTimeoutDefault)
+	o.MaxBufferedRecords = cmp.Or(o.MaxBufferedRecords, MaxBufferedRecordsDefault)
+	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, MaxMessageBytesDefault)
+	o.DialTimeout = cmp.Or(o.DialTimeout, DialTimeoutDefault)
+	o.ClientID = cmp.Or(o.ClientID, "outbox-relay")
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// validate checks o after WithDefaults, naming the field in its errors.
+func (o Options) validate() error {
+	if len(o.Brokers) == 0 {
+		return fmt.Errorf("kafka: Brokers is empty: give at least one seed broker as host:port, such as 127.0.0.1:9092")
+	}
+	for _, b := range o.Brokers {
+		host, port, err := net.SplitHostPort(b)
+		if err == nil && host == "" {
+			err = fmt.Errorf("no host")
+		}
+		if err == nil {
+			var n int
+			n, err = strconv.Atoi(port)
+			if err == nil && (n < 1 || n > 65535) {
+				err = fmt.Errorf("port %d out of range", n)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("kafka: Brokers: %q is not host:port (%v); give addresses such as 127.0.0.1:9092", b, err)
+		}
+	}
+	if o.DeliveryTimeout < DeliveryTimeoutMin {
+		return fmt.Errorf("kafka: DeliveryTimeout must be at least %v, got %v", DeliveryTimeoutMin, o.DeliveryTimeout)
+	}
+	if o.PublishTimeout < PublishTimeoutMin {
+		return fmt.Errorf("kafka: PublishTimeout must be at least %v, got %v", PublishTimeoutMin, o.PublishTimeout)
+	}
+	if o.MaxBufferedRecords < 1 || o.MaxBufferedRecords > MaxBufferedRecordsMax {
+		return fmt.Errorf("kafka: MaxBufferedRecords must be between 1 and %d, got %d", MaxBufferedRecordsMax, o.MaxBufferedRecords)
+	}
+	if o.MaxMessageBytes < MaxMessageBytesMin || o.MaxMessageBytes > MaxMessageBytesMax {
+		return fmt.Errorf("kafka: MaxMessageBytes must be between %d and %d, got %d", MaxMessageBytesMin, MaxMessageBytesMax, o.MaxMessageBytes)
+	}
+	if o.Linger < 0 {
+		return fmt.Errorf("kafka: Linger must not be negative, got %v", o.Linger)
+	}
+	if o.DialTimeout < time.Millisecond {
+		return fmt.Errorf("kafka: DialTimeout must be at least 1ms, got %v", o.DialTimeout)
+	}
+	return nil
+}
+
+// validateTopic reports whether name is a valid Kafka topic name.
+func validateTopic(name string) error {
+	if name == "" || len(name) > MaxTopicLen {
+		return fmt.Errorf("must be 1 to %d bytes, got %d", MaxTopicLen, len(name))
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%q is not allowed", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return fmt.Errorf("%q has %q at byte %d: use only letters, digits, '.', '_' and '-'", name, c, i)
+		}
+	}
+	return nil
+}

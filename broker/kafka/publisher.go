@@ -1,0 +1,376 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Publisher publishes outbox messages to Kafka with franz-go's idempotent
+// producer and acks=all. It implements [outbox.Publisher]: every message of
+// a batch is produced at once, and Publish returns one result per message
+// once the brokers have acknowledged (or refused) each. It marks with
+// [outbox.Permanent] the failures that retrying cannot fix. (franz-go
+// retries a produce request internally, within DeliveryTimeout, as the
+// idempotent producer must to keep its sequence numbers; the Publisher adds
+// no retries of its own.)
+//
+// Each message becomes a record of topic TopicMapper(Topic) with:
+//
+//   - key: Message.Key (none when empty), so that the messages of a key go
+//     to one partition, in order;
+//   - value: Message.Payload;
+//   - headers: the message's own, plus Outbox-Id (Message.ID) and
+//     Outbox-Created-At (Message.CreatedAt, RFC 3339 with nanoseconds, UTC).
+//
+// The record timestamp is the produce time, not CreatedAt, so that
+// time-based retention counts from publication.
+//
+// A Publisher is safe for concurrent use.
+type Publisher struct {
+	client *kgo.Client
+	opts   Options
+
+	topicsMu sync.Mutex
+	topics   map[string]time.Time // topic → when it was last seen to exist
+
+	mu     sync.Mutex
+	closed bool
+	active sync.WaitGroup // Publish calls in progress
+}
+
+// Dial creates a franz-go client for opts.Brokers and checks that a broker
+// answers. ctx bounds the check. Errors name the brokers and say what to
+// change.
+func Dial(ctx context.Context, opts Options) (*Publisher, error) {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(opts.Brokers...),
+		kgo.ClientID(opts.ClientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()), // the default, and required by idempotence
+		kgo.RecordDeliveryTimeout(opts.DeliveryTimeout),
+		kgo.MaxBufferedRecords(opts.MaxBufferedRecords),
+		kgo.ProducerBatchMaxBytes(int32(opts.MaxMessageBytes)),
+		kgo.ProducerLinger(opts.Linger),
+		kgo.DialTimeout(opts.DialTimeout),
+		// A topic deleted after the metadata check fails after a few
+		// metadata refreshes, not after DeliveryTimeout: refreshes
+		// triggered by errors may come every metadataMinAge, and three
+		// unknown-topic answers in a row fail the records (about 1.5 s).
+		kgo.MetadataMinAge(metadataMinAge),
+		kgo.UnknownTopicRetries(unknownTopicRetries),
+		kgo.WithLogger(slogLogger{opts.Logger}),
+	}
+	if opts.AllowAutoTopicCreation {
+		kopts = append(kopts, kgo.AllowAutoTopicCreation())
+	}
+	kopts = append(kopts, opts.ClientOptions...)
+	client, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: brokers %v: %w", opts.Brokers, err)
+	}
+	if err := client.Ping(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("kafka: no broker of %v answers: %w; check Brokers (host:port of running Kafka brokers) and the network", opts.Brokers, err)
+	}
+	return &Publisher{client: client, opts: opts, topics: map[string]time.Time{}}, nil
+}
+
+// Client returns the franz-go client, for metrics and administration. Do
+// not close it: Close does.
+func (p *Publisher) Client() *kgo.Client { return p.client }
+
+// Topic returns the Kafka topic of an outbox topic: TopicMapper(topic).
+func (p *Publisher) Topic(topic string) string { return p.opts.TopicMapper(topic) }
+
+// Close makes later Publish calls fail with [outbox.ErrClosed], waits for
+// the calls in progress to return (at most their deadline, or
+// PublishTimeout), and closes the client, failing the records still
+// buffered. Calling Close again returns nil.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.active.Wait()
+	p.client.Close()
+	return nil
+}
+
+// begin registers a Publish call, unless the Publisher is closed.
+func (p *Publisher) begin() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.active.Add(1)
+	return true
+}
+
+// produced is the result of one record.
+type produced struct {
+	index int
+	err   error
+}
+
+// Publish implements [outbox.Publisher]. It checks that the batch's topics
+// exist (unless AllowAutoTopicCreation), produces every message, and waits
+// for every acknowledgement until ctx ends (or PublishTimeout passes, if ctx
+// has no deadline). It returns one result per message: nil when the
+// brokers acknowledged the record (acks=all). When ctx ends first, Publish
+// returns promptly with a (retryable) error for every message not yet
+// acknowledged; those may still be produced. Errors are classified:
+//
+//   - a missing topic, an invalid topic name, a record larger than
+//     MaxMessageBytes or the broker's limit, an authorization failure, a
+//     record the broker refuses as invalid (such as one without key for a
+//     compacted topic): permanent;
+//   - anything else (timeouts, brokers unreachable, leader changes,
+//     not enough replicas): retryable.
+//
+// Publish may be called concurrently. It does not retain msgs.
+func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	if !p.begin() {
+		return outbox.FillErrors(len(msgs), fmt.Errorf("kafka: publish: %w", outbox.ErrClosed))
+	}
+	defer p.active.Done()
+	if ctx.Err() != nil {
+		return outbox.FillErrors(len(msgs), fmt.Errorf("kafka: publish: not sent: %w", context.Cause(ctx)))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.PublishTimeout,
+			fmt.Errorf("kafka: no acknowledgement within PublishTimeout (%v): %w", p.opts.PublishTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+
+	topics := make([]string, len(msgs))
+	for i, m := range msgs {
+		topics[i] = p.opts.TopicMapper(m.Topic)
+		if err := validateTopic(topics[i]); err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("kafka: topic %q maps to an invalid Kafka topic name: %v; change the topic or Options.TopicMapper", m.Topic, err))
+		} else if m.ID == "" {
+			errs[i] = outbox.Permanent(errors.New("kafka: message has no ID: messages must be written through a store (or prepared with Message.Prepare)"))
+		}
+	}
+	if !p.opts.AllowAutoTopicCreation {
+		p.checkTopics(ctx, msgs, topics, errs)
+	}
+
+	results := make(chan produced, len(msgs))
+	awaiting := make([]bool, len(msgs))
+	pending := 0
+	for i, m := range msgs {
+		if errs[i] != nil {
+			continue
+		}
+		awaiting[i] = true
+		pending++
+		p.client.Produce(ctx, p.record(topics[i], m), func(_ *kgo.Record, err error) {
+			results <- produced{i, err} // never blocks: room for every message
+		})
+	}
+	settle := func(r produced) {
+		errs[r.index] = p.classify(ctx, topics[r.index], msgs[r.index], r.err)
+		awaiting[r.index] = false
+		pending--
+	}
+	for pending > 0 {
+		select {
+		case r := <-results:
+			settle(r)
+		case <-ctx.Done():
+			// Results that arrived meanwhile still count.
+			for drained := false; !drained && pending > 0; {
+				select {
+				case r := <-results:
+					settle(r)
+				default:
+					drained = true
+				}
+			}
+			for i, wait := range awaiting {
+				if wait {
+					errs[i] = fmt.Errorf("kafka: produce to topic %q: not acknowledged (the record may still be produced): %w", topics[i], context.Cause(ctx))
+				}
+			}
+			return errs
+		}
+	}
+	return errs
+}
+
+// record builds the Kafka record for m.
+func (p *Publisher) record(topic string, m *outbox.Message) *kgo.Record {
+	r := &kgo.Record{Topic: topic, Value: m.Payload}
+	if m.Key != "" {
+		r.Key = []byte(m.Key)
+	}
+	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+2)
+	for k, v := range m.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: outbox.HeaderID, Value: []byte(m.ID)})
+	if !m.CreatedAt.IsZero() {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: outbox.HeaderCreatedAt, Value: []byte(m.CreatedAt.UTC().Format(time.RFC3339Nano))})
+	}
+	return r
+}
+
+// classify wraps err, the failure to produce m to topic, marking with
+// outbox.Permanent what retrying cannot fix.
+func (p *Publisher) classify(ctx context.Context, topic string, m *outbox.Message, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		p.forgetTopic(topic)
+		return outbox.Permanent(missingTopic(topic, err))
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: message %s (payload %d bytes, key %d bytes, plus headers) exceeds MaxMessageBytes (%d) or the broker's message.max.bytes: shrink it, or raise both limits: %w",
+			topic, m.ID, len(m.Payload), len(m.Key), p.opts.MaxMessageBytes, err))
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: not authorized: grant the client's principal WRITE on the topic: %w", topic, err))
+	case errors.Is(err, kerr.InvalidTopicException):
+		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: invalid topic: %w", topic, err))
+	case errors.Is(err, kerr.InvalidRecord):
+		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: the broker refuses message %s as invalid (a compacted topic needs a key): %w", topic, m.ID, err))
+	case errors.Is(err, kgo.ErrClientClosed):
+		return fmt.Errorf("kafka: produce to topic %q: %w (%w)", topic, outbox.ErrClosed, err)
+	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() == nil:
+		// franz-go fails a partition's buffered records together, by the
+		// context of the first: another call's cancellation.
+		return fmt.Errorf("kafka: produce to topic %q: failed with the records of a cancelled call sharing its partition's buffer: %w", topic, err)
+	}
+	return fmt.Errorf("kafka: produce to topic %q: %w", topic, err)
+}
+
+func missingTopic(topic string, err error) error {
+	return fmt.Errorf("kafka: topic %q does not exist: create it (or enable AllowAutoTopicCreation): %w", topic, err)
+}
+
+// checkTopics sets the errors of the messages whose topic does not exist,
+// with one metadata request for the topics not seen recently. If the
+// request fails, the messages are produced anyway and franz-go's own
+// metadata handling decides.
+func (p *Publisher) checkTopics(ctx context.Context, msgs []*outbox.Message, topics []string, errs []error) {
+	now := time.Now()
+	var unknown []string
+	p.topicsMu.Lock()
+	for i, t := range topics {
+		if errs[i] != nil {
+			continue
+		}
+		if seen, ok := p.topics[t]; ok && now.Sub(seen) < topicCacheTTL {
+			continue
+		}
+		unknown = append(unknown, t)
+	}
+	p.topicsMu.Unlock()
+	if len(unknown) == 0 {
+		return
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	seen := map[string]bool{}
+	for _, t := range unknown {
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	req.AllowAutoTopicCreation = false
+	resp, err := req.RequestWith(ctx, p.client)
+	if err != nil {
+		p.opts.Logger.Warn("kafka: topic metadata request failed; producing anyway", "err", err)
+		return
+	}
+	failed := map[string]error{}
+	p.topicsMu.Lock()
+	for _, rt := range resp.Topics {
+		if rt.Topic == nil {
+			continue
+		}
+		t := *rt.Topic
+		switch err := kerr.ErrorForCode(rt.ErrorCode); {
+		case err == nil:
+			p.topics[t] = now
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+			failed[t] = outbox.Permanent(missingTopic(t, err))
+		case errors.Is(err, kerr.TopicAuthorizationFailed):
+			failed[t] = outbox.Permanent(fmt.Errorf("kafka: topic %q: not authorized: grant the client's principal DESCRIBE and WRITE on the topic: %w", t, err))
+		case errors.Is(err, kerr.InvalidTopicException):
+			failed[t] = outbox.Permanent(fmt.Errorf("kafka: topic %q: invalid topic: %w", t, err))
+		}
+		// Other errors (a leader election) are transient: produce, and let
+		// franz-go wait for the topic to settle.
+	}
+	p.topicsMu.Unlock()
+	for i, t := range topics {
+		if errs[i] == nil && failed[t] != nil {
+			errs[i] = failed[t]
+		}
+	}
+}
+
+// forgetTopic drops topic from the cache of existing topics.
+func (p *Publisher) forgetTopic(topic string) {
+	p.topicsMu.Lock()
+	delete(p.topics, topic)
+	p.topicsMu.Unlock()
+}
+
+// slogLogger adapts an *slog.Logger to kgo.Logger.
+type slogLogger struct{ l *slog.Logger }
+
+func (s slogLogger) Level() kgo.LogLevel {
+	ctx := context.Background()
+	switch {
+	case s.l.Enabled(ctx, slog.LevelDebug):
+		return kgo.LogLevelDebug
+	case s.l.Enabled(ctx, slog.LevelInfo):
+		return kgo.LogLevelInfo
+	case s.l.Enabled(ctx, slog.LevelWarn):
+		return kgo.LogLevelWarn
+	case s.l.Enabled(ctx, slog.LevelError):
+		return kgo.LogLevelError
+	}
+	return kgo.LogLevelNone
+}
+
+func (s slogLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lvl := slog.LevelDebug
+	switch level {
+	case kgo.LogLevelError:
+		lvl = slog.LevelError
+	case kgo.LogLevelWarn:
+		lvl = slog.LevelWarn
+	case kgo.LogLevelInfo:
+		lvl = slog.LevelInfo
+	}
+	s.l.Log(context.Background(), lvl, "kafka: "+strings.TrimSpace(msg), keyvals...)
+}
