@@ -557,6 +557,7 @@ func TestUsageErrors(t *testing.T) {
 		{"hostile schema", nil, []string{"migrate", "--store", pg, "--schema", `x"; DROP TABLE users; --`}, []string{"--schema", "use only letters"}},
 		{"hostile schema in URL", nil, []string{"dlq", "list", "--store", pg + "?schema=a%3Bb"}, []string{"--schema", "use only letters"}},
 		{"workers 0", nil, []string{"relay", "--store", pg, "--broker", nats, "--workers", "0"}, []string{"--workers", "between 1 and 256, got 0"}},
+		{"in-flight 0", nil, []string{"relay", "--store", pg, "--broker", nats, "--in-flight", "0"}, []string{"--in-flight", "between 1 and 64, got 0"}},
 		{"ordering bogus", nil, []string{"relay", "--store", pg, "--broker", nats, "--ordering", "bogus"}, []string{"--ordering", `"key" or "none"`}},
 		{"bad http addr", nil, []string{"relay", "--store", pg, "--broker", nats, "--http-addr", "nonsense"}, []string{"--http-addr", "host:port"}},
 		{"bad http port", nil, []string{"relay", "--store", pg, "--broker", nats, "--http-addr", "127.0.0.1:99999"}, []string{"--http-addr", "0 to 65535"}},

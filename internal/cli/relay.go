@@ -34,6 +34,7 @@ type relayFlags struct {
 
 	workers         int
 	batch           int
+	inFlight        int
 	ordering        string
 	publishTimeout  time.Duration
 	leaseTTL        time.Duration
@@ -74,6 +75,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", "", "put this right before every topic, usually ending with a dot (outbox. sends orders.created to outbox.orders.created)")
 	fs.IntVar(&f.workers, "workers", outbox.WorkersDefault, "batches built and published concurrently")
 	fs.IntVar(&f.batch, "batch", outbox.BatchSizeDefault, "messages per publish batch")
+	fs.IntVar(&f.inFlight, "in-flight", outbox.InFlightDefault, "publish batches each worker keeps in flight")
 	fs.StringVar(&f.ordering, "ordering", string(outbox.OrderingKey), "key: messages of one key in commit order (partition leases); none: no order, SKIP LOCKED claims")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", outbox.PublishTimeoutDefault, "bound of one publish batch")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", outbox.LeaseTTLDefault, "partition lease lifetime; must exceed 2 × --publish-timeout (default: the larger of 30s and 3 × --publish-timeout)")
@@ -109,6 +111,9 @@ func (a *app) relayConfig(cmd *cobra.Command, f *relayFlags) (outbox.Config, err
 	if err := a.between("max-attempts", f.maxAttempts, 1, outbox.MaxAttemptsMax); err != nil {
 		return cfg, err
 	}
+	if err := a.between("in-flight", f.inFlight, 1, outbox.InFlightMax); err != nil {
+		return cfg, err
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -122,6 +127,7 @@ func (a *app) relayConfig(cmd *cobra.Command, f *relayFlags) (outbox.Config, err
 	}
 	cfg.Workers = f.workers
 	cfg.BatchSize = f.batch
+	cfg.InFlight = f.inFlight
 	cfg.MaxAttempts = f.maxAttempts
 	cfg.ShutdownTimeout = f.shutdownTimeout
 	cfg.PollInterval = f.pollInterval
@@ -145,6 +151,7 @@ var configFieldFlags = map[string]string{
 	"Workers":           "workers",
 	"BatchSize":         "batch",
 	"FetchSize":         "batch",
+	"InFlight":          "in-flight",
 	"PublishTimeout":    "publish-timeout",
 	"LeaseTTL":          "lease-ttl",
 	"HeartbeatInterval": "lease-ttl",
