@@ -37,8 +37,9 @@ func CeilingStore(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	fetch := ceilingFetchSQL(env.messages)
 	del := `DELETE FROM ` + env.messages + ` WHERE id = ANY($1::uuid[])`
+	tctx, untimed := timed(ctx)
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(tctx)
 	for w := range min(k.Workers, env.partitions) {
 		var parts []int32
 		for p := w; p < env.partitions; p += k.Workers {
@@ -46,11 +47,12 @@ func CeilingStore(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		}
 		g.Go(func() error { return ceilingStoreWorker(gctx, env, parts, k.Batch, fetch, del) })
 	}
-	if err := g.Wait(); err != nil {
+	err := g.Wait()
+	r := newRun(n, time.Since(start))
+	untimed()
+	if err != nil {
 		return RunResult{}, fmt.Errorf("bench: ceiling/store: %w", err)
 	}
-	r := newRun(n, time.Since(start))
-	var err error
 	if r.Left, err = env.leftOurs(ctx); err != nil {
 		return r, err
 	}
@@ -135,8 +137,9 @@ func CeilingBroker(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	env.meter.done.Store(0)
 
 	var next atomic.Int64
+	tctx, untimed := timed(ctx)
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(tctx)
 	for range 2 * k.Workers {
 		g.Go(func() error {
 			for {
@@ -158,8 +161,11 @@ func CeilingBroker(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 			}
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	r := newRun(n, time.Since(start))
+	untimed()
+	if err != nil {
 		return RunResult{}, err
 	}
-	return env.finish(ctx, newRun(n, time.Since(start)))
+	return env.finish(ctx, r)
 }

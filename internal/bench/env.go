@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +48,8 @@ type RunResult struct {
 	// Failed counts failed publish attempts (retried by our relay; the
 	// seeds record the error and move on, losing the message).
 	Failed int64 `json:"failed"`
+	// Relay is where our relay spent its time (relay scenarios only).
+	Relay *RelayTimes `json:"relay,omitempty"`
 }
 
 func newRun(n int, elapsed time.Duration) RunResult {
@@ -373,4 +376,14 @@ func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.min}
+}
+
+// timed labels the calling goroutine, and the goroutines it starts from
+// now on, with phase=timed for CPU profiles (go tool pprof
+// -tagfocus=phase=timed); the returned function labels it phase=untimed
+// again. The runner labels each scenario run with scenario=<name>.
+func timed(ctx context.Context) (context.Context, func()) {
+	tctx := pprof.WithLabels(ctx, pprof.Labels("phase", "timed"))
+	pprof.SetGoroutineLabels(tctx)
+	return tctx, func() { pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("phase", "untimed"))) }
 }

@@ -41,18 +41,22 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		return RunResult{}, err
 	}
 	defer store.Close()
+	var clock relayClock
 	relay, err := outbox.NewRelay(store, pub, outbox.Config{
 		Ordering:  ordering,
 		Workers:   k.Workers,
 		BatchSize: k.Batch,
 		Logger:    env.Log,
+		Hook:      clock.hook,
 	})
 	if err != nil {
 		return RunResult{}, err
 	}
 
+	tctx, untimed := timed(ctx)
 	start := time.Now()
-	if err := relay.Start(ctx); err != nil {
+	if err := relay.Start(tctx); err != nil {
+		untimed()
 		return RunResult{}, err
 	}
 	err = pollUntil(ctx, "relay/"+string(ordering), func() (bool, int64, error) {
@@ -68,6 +72,7 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		return left == 0, st.Published - left, err
 	})
 	elapsed := time.Since(start)
+	untimed()
 	stopErr := relay.Stop()
 	if err != nil {
 		return RunResult{}, err
@@ -77,6 +82,7 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	}
 	r := newRun(n, elapsed)
 	r.Failed = relay.Stats().Failed
+	r.Relay = clock.times()
 	if r.Left, err = env.leftOurs(ctx); err != nil {
 		return r, err
 	}

@@ -1,13 +1,16 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Target is one of the issue's targets with what was measured.
@@ -106,6 +109,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if notes := r.notes(); notes != "" {
 		b.WriteString(notes)
+	}
+
+	if s := r.relayInternals(); s != "" {
+		b.WriteString(s)
 	}
 
 	var scaling []*Result
@@ -244,4 +251,56 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(struct {
 		Targets []Target `json:"targets"`
 	}{r.Targets})
+}
+
+// relayInternals describes where our relay spent its time in the median
+// run of each relay scenario, from its hook events.
+func (r *Report) relayInternals() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	rows := 0
+	for _, res := range r.Results {
+		run := res.medianRun()
+		if run == nil || run.Relay == nil || run.Relay.Publishes == 0 {
+			continue
+		}
+		if rows == 0 {
+			fmt.Fprintln(tw, "RELAY (MEDIAN RUN)	PUBLISH CALLS	MSGS/CALL	MS/CALL	FETCHES	RECORDS/FETCH	MS/FETCH	SETTLES	MS/SETTLE	STORE ERRORS")
+		}
+		rows++
+		t := run.Relay
+		per := func(d time.Duration, n int64) string {
+			if n == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f", float64(d)/float64(n)/float64(time.Millisecond))
+		}
+		recs := "-"
+		if t.Fetches > 0 {
+			recs = fmt.Sprintf("%.0f", float64(t.FetchedRecords)/float64(t.Fetches))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", res.Scenario,
+			thousands(float64(t.Publishes)), float64(t.Published)/float64(t.Publishes), per(t.PublishTime, t.Publishes),
+			thousands(float64(t.Fetches)), recs, per(t.FetchTime, t.Fetches),
+			thousands(float64(t.Settles)), per(t.SettleTime, t.Settles), t.StoreErrors)
+	}
+	if rows == 0 {
+		return ""
+	}
+	_ = tw.Flush()
+	return "\n" + b.String()
+}
+
+// medianRun returns the run whose rate is the median (the lower middle
+// one for an even count), or nil.
+func (res *Result) medianRun() *RunResult {
+	if len(res.Details) == 0 {
+		return nil
+	}
+	idx := make([]int, len(res.Details))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(res.Details[a].MsgsPerSec, res.Details[b].MsgsPerSec) })
+	return &res.Details[idx[(len(idx)-1)/2]]
 }

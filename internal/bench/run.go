@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -38,7 +39,7 @@ type Result struct {
 	// Err is set when a run failed (the remaining runs were skipped).
 	Err string `json:"error,omitempty"`
 	// Details holds every run's outcome.
-	Details []RunResult `json:"-"`
+	Details []RunResult `json:"details,omitempty"`
 }
 
 // Report is the outcome of [Run].
@@ -170,7 +171,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				continue
 			}
 			env.meter.scenario(s.name, round, o.Runs)
-			run, err := s.fn(ctx, env, k)
+			var run RunResult
+			var err error
+			pprof.Do(ctx, pprof.Labels("scenario", s.name), func(ctx context.Context) { run, err = s.fn(ctx, env, k) })
 			if err != nil {
 				if ctx.Err() != nil {
 					rep.finish(began)

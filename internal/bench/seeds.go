@@ -175,10 +175,12 @@ func SeedNaive(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	sel, upd, updErr := seedNaiveSelect(table), seedNaiveUpdate(table), seedNaiveUpdateError(table)
 
 	var failed int64
+	tctx, untimed := timed(ctx)
 	start := time.Now()
 	for {
-		done, f, err := naiveBatch(ctx, env, pub, sel, upd, updErr)
+		done, f, err := naiveBatch(tctx, env, pub, sel, upd, updErr)
 		if err != nil {
+			untimed()
 			return RunResult{}, fmt.Errorf("bench: seed-naive: %w", err)
 		}
 		failed += f
@@ -188,6 +190,7 @@ func SeedNaive(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		env.meter.done.Add(int64(done))
 	}
 	r := newRun(n, time.Since(start))
+	untimed()
 	r.Failed = failed
 	if r.Left, err = env.leftSeed(ctx, env.naiveSchema); err != nil {
 		return r, err
@@ -280,8 +283,9 @@ func SeedTuned(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		return s
 	}
 
+	tctx, untimed := timed(ctx)
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(tctx)
 	for range SeedTunedWorkers {
 		g.Go(func() error {
 			for {
@@ -299,10 +303,12 @@ func SeedTuned(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 			}
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	r := newRun(n, time.Since(start))
+	untimed()
+	if err != nil {
 		return RunResult{}, err
 	}
-	r := newRun(n, time.Since(start))
 	r.Failed = failed
 	if r.Left, err = env.leftSeed(ctx, env.tunedSchema); err != nil {
 		return r, err

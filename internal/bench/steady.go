@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -184,7 +185,12 @@ func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report) (
 	}
 	env.meter.scenario(SteadyName, 1, 1)
 	res := &Result{Scenario: SteadyName, Store: rep.Store, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
-	l, r, err := Steady(ctx, env, k, rate, o.SteadyDuration)
+	var (
+		l   *Latency
+		r   RunResult
+		err error
+	)
+	pprof.Do(ctx, pprof.Labels("scenario", SteadyName), func(ctx context.Context) { l, r, err = Steady(ctx, env, k, rate, o.SteadyDuration) })
 	if err != nil {
 		res.Err = err.Error()
 		return res, err
