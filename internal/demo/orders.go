@@ -50,7 +50,7 @@ type orderStore interface {
 	// customer's writers on the customer's row), inserts the order, and
 	// writes the events through the outbox.
 	placeOrder(ctx context.Context, o order) error
-	// apply records the IDs of evs in the processed-IDs table and advances
+	// apply records the IDs of evs in the consumer's inbox and advances
 	// the orders they are about, in one transaction, and returns the IDs
 	// that were not processed before.
 	apply(ctx context.Context, evs []event) (map[string]bool, error)
@@ -123,3 +123,6 @@ func produce(stop, run context.Context, st orderStore, keys int, limiter *rate.L
 		c.written.Add(eventsPerOrder)
 	}
 }
+
+// demoConsumer names the demo's consumer in its inbox.
+const demoConsumer = "demo-orders"

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outbox"
+	pginbox "github.com/outboxrelay/outbox/inbox/postgres"
 	"github.com/outboxrelay/outbox/store/postgres"
 )
 
@@ -21,7 +22,8 @@ type pgOrders struct {
 	schema string // quoted
 	log    *slog.Logger
 
-	customers, orders, processed string // quoted, qualified
+	customers, orders string         // quoted, qualified
+	in                *pginbox.Inbox // the consumer's processed message IDs
 }
 
 func openPostgres(ctx context.Context, dsn, runID string, log *slog.Logger) (*pgOrders, string, error) {
@@ -33,7 +35,7 @@ func openPostgres(ctx context.Context, dsn, runID string, log *slog.Logger) (*pg
 	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	o := &pgOrders{
 		s: s, pool: s.Pool(), schema: pgx.Identifier{schema}.Sanitize(), log: log,
-		customers: q("demo_customers"), orders: q("demo_orders"), processed: q("demo_processed"),
+		customers: q("demo_customers"), orders: q("demo_orders"),
 	}
 	if err := s.Migrate(ctx); err != nil {
 		o.close()
@@ -41,10 +43,16 @@ func openPostgres(ctx context.Context, dsn, runID string, log *slog.Logger) (*pg
 	}
 	if _, err := o.pool.Exec(ctx, `
 CREATE TABLE `+o.customers+` (id text PRIMARY KEY, seq bigint NOT NULL);
-CREATE TABLE `+o.orders+` (id text PRIMARY KEY, customer text NOT NULL, amount bigint NOT NULL, stage integer NOT NULL, created_at timestamptz NOT NULL);
-CREATE TABLE `+o.processed+` (id text PRIMARY KEY, processed_at timestamptz NOT NULL);`); err != nil {
+CREATE TABLE `+o.orders+` (id text PRIMARY KEY, customer text NOT NULL, amount bigint NOT NULL, stage integer NOT NULL, created_at timestamptz NOT NULL);`); err != nil {
 		o.close()
 		return nil, "", fmt.Errorf("demo: create the order tables: %w", err)
+	}
+	if o.in, err = pginbox.New(o.pool, pginbox.Options{Schema: schema, TablePrefix: "demo"}); err == nil {
+		err = o.in.Migrate(ctx)
+	}
+	if err != nil {
+		o.close()
+		return nil, "", fmt.Errorf("demo: create the inbox: %w", err)
 	}
 	cfg := o.pool.Config().ConnConfig
 	return o, fmt.Sprintf("PostgreSQL (%s:%d/%s, schema %s)", cfg.Host, cfg.Port, cfg.Database, schema), nil
@@ -78,17 +86,16 @@ func (o *pgOrders) apply(ctx context.Context, evs []event) (map[string]bool, err
 		for i, e := range evs {
 			ids[i] = e.id
 		}
-		rows, err := tx.Query(ctx, `INSERT INTO `+o.processed+` (id, processed_at)
-SELECT id, now() FROM unnest($1::text[]) AS u(id) ON CONFLICT (id) DO NOTHING RETURNING id`, ids)
+		// The inbox records the IDs in this transaction: the effects below
+		// and the record commit together, so a redelivery is dropped.
+		flags, err := o.in.Record(ctx, tx, demoConsumer, ids)
 		if err != nil {
 			return err
 		}
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		for _, id := range got {
-			fresh[id] = true
+		for i, f := range flags {
+			if f {
+				fresh[ids[i]] = true
+			}
 		}
 		stages := maxStages(evs, fresh)
 		orderIDs := make([]string, 0, len(stages))

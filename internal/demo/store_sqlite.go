@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	sqliteinbox "github.com/outboxrelay/outbox/inbox/sqlite"
 	"github.com/outboxrelay/outbox/store/sqlite"
 )
 
@@ -28,10 +28,6 @@ CREATE TABLE demo_orders (
     stage      INTEGER NOT NULL,  -- set by the producer to 0, advanced by the consumer
     created_at INTEGER NOT NULL
 ) STRICT;
-CREATE TABLE demo_processed (     -- the consumer's processed message IDs
-    id           TEXT PRIMARY KEY,
-    processed_at INTEGER NOT NULL
-) STRICT;
 `
 
 // sqliteOrders keeps everything in one SQLite file in a temporary
@@ -40,6 +36,7 @@ type sqliteOrders struct {
 	dir string
 	s   *sqlite.Store
 	db  *sql.DB
+	in  *sqliteinbox.Inbox // the consumer's processed message IDs
 	log *slog.Logger
 }
 
@@ -62,6 +59,13 @@ func openSQLite(ctx context.Context, log *slog.Logger) (*sqliteOrders, string, e
 	if _, err := o.db.ExecContext(ctx, sqliteSchema); err != nil {
 		o.close()
 		return nil, "", fmt.Errorf("demo: create the order tables: %w", err)
+	}
+	if o.in, err = sqliteinbox.New(o.db, sqliteinbox.Options{TablePrefix: "demo"}); err == nil {
+		err = o.in.Migrate(ctx)
+	}
+	if err != nil {
+		o.close()
+		return nil, "", fmt.Errorf("demo: create the inbox: %w", err)
 	}
 	return o, "SQLite (embedded, " + path + ")", nil
 }
@@ -107,32 +111,20 @@ func (o *sqliteOrders) apply(ctx context.Context, evs []event) (fresh map[string
 			tx.Rollback()
 		}
 	}()
+	// The inbox records the IDs in this transaction: the effects below
+	// and the record commit together, so a redelivery is dropped.
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		ids[i] = e.id
+	}
+	flags, err := o.in.Record(ctx, tx, demoConsumer, ids)
+	if err != nil {
+		return nil, err
+	}
 	fresh = make(map[string]bool, len(evs))
-	now := time.Now().UnixNano()
-	const chunk = 500
-	for i := 0; i < len(evs); i += chunk {
-		part := evs[i:min(i+chunk, len(evs))]
-		args := make([]any, 0, 2*len(part))
-		for _, e := range part {
-			args = append(args, e.id, now)
-		}
-		rows, err := tx.QueryContext(ctx, "INSERT INTO demo_processed (id, processed_at) VALUES "+
-			strings.TrimSuffix(strings.Repeat("(?, ?), ", len(part)), ", ")+
-			" ON CONFLICT (id) DO NOTHING RETURNING id", args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			fresh[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
+	for i, f := range flags {
+		if f {
+			fresh[ids[i]] = true
 		}
 	}
 	stmt, err := tx.PrepareContext(ctx, "UPDATE demo_orders SET stage = max(stage, ?) WHERE id = ?")
