@@ -217,6 +217,16 @@ type Status struct {
 	Partitions      []PartitionStatus `json:"partitions"`
 	DeadLetters     int64             `json:"dead_letters"`
 	Relays          []RelayStatus     `json:"relays"`
+	// Requests counts the store's requests per operation since it was
+	// opened, for stores that bill per request (DynamoDB); nil otherwise.
+	Requests map[string]RequestStats `json:"requests,omitempty"`
+}
+
+// RequestStats counts one operation's requests.
+type RequestStats struct {
+	Requests         int64   `json:"requests"`
+	Errors           int64   `json:"errors"`
+	ConsumedCapacity float64 `json:"consumed_capacity"`
 }
 
 // StatusReader is implemented by stores that can describe their backlog.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -156,6 +158,18 @@ func writeStatusText(w io.Writer, st *outbox.Status, now time.Time) error {
 		fmt.Fprintf(tw, "RELAY\tPARTITIONS\tEXPIRES IN\n")
 		for _, r := range st.Relays {
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Node, r.Partitions, age(r.ExpiresAt.Sub(now)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(st.Requests) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "OPERATION\tREQUESTS\tERRORS\tCAPACITY UNITS\n")
+		for _, op := range slices.Sorted(maps.Keys(st.Requests)) {
+			r := st.Requests[op]
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\n", op, r.Requests, r.Errors, r.ConsumedCapacity)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -208,4 +208,12 @@ func TestRequestStats(t *testing.T) {
 	if st.Outstanding != 1 || st.Requests["PutItem"].Requests < 2 || len(st.Partitions) != ShardsDefault {
 		t.Fatalf("DetailedStatus = %+v", st)
 	}
+	// The portable status carries the same counts, for `outbox status`.
+	plain, err := s.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plain.Requests["PutItem"]; got.Requests < 2 || got.ConsumedCapacity <= 0 {
+		t.Fatalf("Status().Requests[PutItem] = %+v", got)
+	}
 }

@@ -131,6 +131,10 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 		st.Relays = append(st.Relays, outbox.RelayStatus{Node: node, ExpiresAt: exp, Partitions: held[node]})
 	}
 	slices.SortFunc(st.Relays, func(a, b outbox.RelayStatus) int { return cmp.Compare(a.Node, b.Node) })
+	st.Requests = map[string]outbox.RequestStats{}
+	for op, o := range s.Stats() {
+		st.Requests[op] = outbox.RequestStats{Requests: o.Requests, Errors: o.Errors, ConsumedCapacity: o.ConsumedCapacity}
+	}
 	return st, nil
 }
 
