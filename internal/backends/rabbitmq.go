@@ -1,0 +1,47 @@
+package backends
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/broker/rabbitmq"
+)
+
+// RabbitMQ broker: amqp://user:password@host:5672/vhost (amqps:// for TLS;
+// the default vhost "/" is written %2F or left out), publishing with
+// confirms to a durable topic exchange with the topic as routing key, such
+// as amqp://guest:guest@127.0.0.1:5672/?exchange=outbox.
+//
+// Query parameters (see rabbitmq.ParseURL): exchange (default "outbox"),
+// passive_exchange, transient, allow_unroutable, channels,
+// max_message_size, connection_name, connection_timeout (milliseconds), and
+// those amqp091-go reads itself (heartbeat, channel_max, auth_mechanism,
+// certfile, keyfile, cacertfile, server_name_indication); plus the outbox's
+// own: prefix (put before every routing key), max_in_flight, ack_timeout
+// (the publish timeout).
+func init() {
+	RegisterBroker("amqp", openRabbitMQ)
+	RegisterBroker("amqps", openRabbitMQ)
+}
+
+func openRabbitMQ(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, error) {
+	amqpURL, opts, err := rabbitmq.ParseURL(u.String())
+	if err != nil {
+		return nil, Invalid(BrokerFlag, "%v", err)
+	}
+	if o.MaxInFlight != 0 {
+		opts.MaxInFlight = o.MaxInFlight
+	}
+	if o.AckTimeout != 0 {
+		opts.PublishTimeout = o.AckTimeout
+	}
+	if prefix := o.SubjectPrefix; prefix != "" {
+		opts.RoutingKey = func(topic string) string { return prefix + topic }
+	}
+	opts.Logger = o.Logger
+	if err := opts.Validate(); err != nil {
+		return nil, Invalid(BrokerFlag, "%v", err)
+	}
+	return rabbitmq.Dial(ctx, amqpURL, opts)
+}
