@@ -161,6 +161,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
+	baseLog := env.Log
 	stopProgress := startProgress(o, env)
 	defer stopProgress()
 	var errs []error
@@ -171,6 +172,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				continue
 			}
 			env.meter.scenario(s.name, round, o.Runs)
+			env.Log = baseLog.With("scenario", s.name, "run", round)
 			var run RunResult
 			var err error
 			pprof.Do(ctx, pprof.Labels("scenario", s.name), func(ctx context.Context) { run, err = s.fn(ctx, env, k) })
@@ -188,6 +190,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	if slices.Contains(names, SteadyName) {
+		env.Log = baseLog.With("scenario", SteadyName)
 		res, err := runSteady(ctx, env, o, k, rep)
 		if res != nil {
 			rep.Results = append(rep.Results, res)

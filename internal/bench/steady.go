@@ -73,11 +73,13 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, d time.Duration) (
 		return nil, RunResult{}, err
 	}
 	defer store.Close()
+	var clock relayClock
 	relay, err := outbox.NewRelay(store, pub, outbox.Config{
 		Ordering:  outbox.OrderingKey,
 		Workers:   k.Workers,
 		BatchSize: k.Batch,
 		Logger:    env.Log,
+		Hook:      clock.hook,
 	})
 	if err != nil {
 		return nil, RunResult{}, err
@@ -150,6 +152,7 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, d time.Duration) (
 	}
 	r := newRun(n, produced)
 	r.Failed = relay.Stats().Failed
+	r.Relay = clock.times()
 	if r.Left, err = env.leftOurs(ctx); err != nil {
 		return nil, r, err
 	}
@@ -199,6 +202,7 @@ func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report) (
 	res.Latency = l
 	res.MsgsPerSec, res.Min, res.Max = l.Achieved, l.Achieved, l.Achieved
 	res.Runs = []float64{l.Achieved}
+	res.Details = []RunResult{r}
 	res.Failed = r.Failed
 	return res, nil
 }

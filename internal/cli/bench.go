@@ -104,7 +104,7 @@ at the end.`,
 		} else if werr := rep.WriteTable(a.env.Stdout); werr != nil {
 			return werr
 		}
-		if plotFile != "" && err == nil {
+		if plotFile != "" {
 			if perr := rep.WritePlot(plotFile); perr != nil {
 				return perr
 			}
