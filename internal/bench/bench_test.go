@@ -245,3 +245,47 @@ func TestPayloadSize(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherBrokers runs the seeds, our relay and the broker ceiling on
+// RabbitMQ and Kafka (kfake) through backends.OpenPublisher, and checks
+// that every message reached the bench's queue or topic.
+func TestOtherBrokers(t *testing.T) {
+	brokers := map[string]func(t *testing.T) string{
+		"rabbitmq": func(t *testing.T) string { return testenv.RabbitMQ(t) },
+		"kafka": func(t *testing.T) string {
+			seeds, _ := testenv.Kafka(t)
+			return "kafka://" + strings.Join(seeds, ",")
+		},
+	}
+	for name, start := range brokers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			dsn := testenv.PostgresDSN(t)
+			url := start(t)
+			rep, err := Run(ctx, Options{
+				Store: dsn, Broker: url, Messages: 500, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
+				Scenarios: []string{"seed-*", "relay/*", "ceiling/broker"},
+			})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if !strings.HasPrefix(rep.Broker, name) {
+				t.Errorf("broker described as %q, want it to start with %q", rep.Broker, name)
+			}
+			for _, res := range rep.Results {
+				if res.Scenario == CeilingName {
+					continue
+				}
+				if len(res.Details) != 1 {
+					t.Fatalf("%s: %d runs, want 1 (error %q)", res.Scenario, len(res.Details), res.Err)
+				}
+				r := res.Details[0]
+				if !(r.MsgsPerSec > 0) || r.Stored != int64(r.Messages) {
+					t.Errorf("%s: %v msgs/s, %d of %d messages stored", res.Scenario, r.MsgsPerSec, r.Stored, r.Messages)
+				}
+			}
+		})
+	}
+}

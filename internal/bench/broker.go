@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxrelay/outbox"
-	"github.com/outboxrelay/outbox/broker/natsjs"
 	"github.com/outboxrelay/outbox/internal/backends"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
@@ -74,9 +73,13 @@ func (b *Broker) Close() {
 
 // OpenBroker opens the broker of rawURL: "" starts an embedded NATS server
 // with JetStream file storage; nats:// and tls:// connect to a NATS server
-// and create a stream of the bench's own (deleted by Close); any other
-// scheme registered in internal/backends (amqp://, kafka://, …) is opened
-// with backends.OpenPublisher, without stream resets or counts.
+// and create a stream of the bench's own; amqp:// and amqps:// declare a
+// queue of the bench's own bound to the exchange; kafka:// creates a topic
+// of the bench's own per run. Close deletes them. Publishers always come
+// from backends.OpenPublisher or the NATS publisher it would open, with a
+// subject, routing-key or topic prefix of the bench's own. Any other scheme
+// registered in internal/backends is opened with backends.OpenPublisher,
+// without resets or counts.
 func OpenBroker(ctx context.Context, rawURL string) (*Broker, error) {
 	if rawURL == "" {
 		srv, stop, err := testenv.StartNATS("")
@@ -95,10 +98,18 @@ func OpenBroker(ctx context.Context, rawURL string) (*Broker, error) {
 	if err := backends.CheckBrokerURL(rawURL, backends.BrokerOptions{}); err != nil {
 		return nil, err
 	}
-	u, _ := url.Parse(rawURL)
-	switch u.Scheme {
+	scheme, _, _ := strings.Cut(rawURL, "://")
+	switch scheme {
 	case "nats", "tls":
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, backends.Invalid(backends.BrokerFlag, "is not a valid URL: %v", err)
+		}
 		return openNATS(ctx, rawURL, "nats ("+u.Redacted()+", JetStream file storage)")
+	case "amqp", "amqps":
+		return openAMQP(ctx, rawURL)
+	case "kafka":
+		return openKafka(ctx, rawURL)
 	}
 	// Check that it opens at all before any scenario starts.
 	p, err := backends.OpenPublisher(ctx, rawURL, backends.BrokerOptions{})
@@ -109,7 +120,7 @@ func OpenBroker(ctx context.Context, rawURL string) (*Broker, error) {
 		return nil, err
 	}
 	return &Broker{
-		Name: u.Scheme + " (" + u.Redacted() + ")",
+		Name: scheme + " (no stream checks)",
 		open: func(ctx context.Context) (outbox.Publisher, error) {
 			return backends.OpenPublisher(ctx, rawURL, backends.BrokerOptions{})
 		},
@@ -148,7 +159,7 @@ func openNATS(ctx context.Context, url, name string) (*Broker, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			return natsjs.Dial(url, natsjs.Options{SubjectPrefix: prefix})
+			return backends.OpenPublisher(ctx, url, backends.BrokerOptions{SubjectPrefix: prefix})
 		},
 		reset: func(ctx context.Context) error {
 			if err := st.Purge(ctx); err != nil {
