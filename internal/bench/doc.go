@@ -38,6 +38,20 @@
 // Runs alternate: round r runs every selected scenario once, then round r+1
 // (round-robin), so that drift of the machine spreads over all scenarios.
 //
+// Every scenario publishes through the outbox.Publisher that
+// internal/backends opens for the --broker URL (seed-naive calls Publish
+// with one message at a time, seed-tuned with its whole batch), to a
+// destination of the bench's own: a JetStream stream (file storage,
+// deduplication window on) created once per invocation and purged before
+// every run; a RabbitMQ queue bound to the exchange, purged before every
+// run; a Kafka topic created for every run. Without --broker, an embedded
+// NATS server runs in the bench's process (so it shares its CPU).
+//
+// Our relay's hook events are summed per run (publish calls and their
+// sizes, fetches, settles and their durations) to show where its time
+// goes, and CPU profile samples are labelled scenario=<name> and
+// phase=timed|untimed.
+//
 // The steady scenario runs once, after the rounds: producers write at a
 // fixed rate (default half the relay/key median) in small transactions
 // while relay/key runs, and the commit→broker-ack latency of every message
