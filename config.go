@@ -45,7 +45,7 @@ const (
 	FetchSizeDefault = 1000
 	FetchSizeMax     = 100000
 
-	InFlightDefault = 4
+	InFlightDefault = 2
 	InFlightMax     = 64
 
 	PublishTimeoutDefault = 10 * time.Second
