@@ -45,7 +45,6 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	relay, err := outbox.NewRelay(store, pub, outbox.Config{
 		Ordering:  ordering,
 		Workers:   k.Workers,
-		InFlight:  inFlightProbe(),
 		BatchSize: k.Batch,
 		Logger:    env.Log,
 		Hook:      clock.hook,
