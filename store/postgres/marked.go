@@ -16,11 +16,20 @@ var _ outbox.MarkedFetcher = (*Store)(nil)
 // the snapshot of the previous fetch (the cursor's mark) could not see,
 // then up to $4 rows above it, in seq order, and the statement's own
 // snapshot in every row (a LEFT JOIN keeps one row when nothing matches).
+//
+// A row below the cursor that the mark could not see belongs to a
+// transaction in progress then (in the mark's xip list) or started after
+// it (txid >= xmax). Write takes the transaction ID before the sequence
+// number, so the latter cannot hold a number at or below the cursor; both
+// are looked up anyway, on the (partition, txid) index: a handful of index
+// probes per cursor, whatever the backlog and however many deleted rows
+// vacuum has not yet removed. (Scanning seq <= after instead walked every
+// deleted row of the partition on every fetch.)
+//
 // There is no outer ORDER BY, which would sort every fetched payload: the
-// nested loop keeps the cursors' order, the late rows (few: the relay's
-// records in hand plus late commits) are sorted alone, and the rows above
-// come in index order; FetchMarked checks the order anyway. Plan on a
-// 100,000-record backlog (EXPLAIN, PostgreSQL 15; checked by
+// nested loop keeps the cursors' order, the late rows (few) are sorted
+// alone, and the rows above come in index order; FetchMarked checks the
+// order anyway. Plan shape (EXPLAIN, PostgreSQL 15; checked by
 // TestQueryPlans):
 //
 //	Nested Loop Left Join
@@ -29,11 +38,8 @@ var _ outbox.MarkedFetcher = (*Store)(nil)
 //	        ->  Function Scan on c
 //	        ->  Append
 //	              ->  Sort (Sort Key: y.seq)
-//	                    ->  Result (One-Time Filter: (c.mark <> ''))
-//	                          ->  Bitmap Heap Scan on <prefix>_messages y
-//	                                Filter: NOT pg_visible_in_snapshot(txid, c.mark) AND txid >= pg_snapshot_xmin(c.mark)
-//	                                ->  Bitmap Index Scan on <prefix>_messages_pending_idx
-//	                                      Index Cond: ((partition = c.p) AND (seq <= c.after))
+//	                    ->  ... Index Scan using <prefix>_messages_txid_idx
+//	                              Index Cond: ((partition = c.p) AND (txid = ANY (xip)) / (txid >= xmax))
 //	              ->  Limit
 //	                    ->  Index Scan using <prefix>_messages_pending_idx on <prefix>_messages y_1
 //	                          Index Cond: ((partition = c.p) AND (seq > c.after))
@@ -44,8 +50,10 @@ LEFT JOIN LATERAL (
     SELECT c.i, x.* FROM unnest($1::integer[], $2::bigint[], $3::text[]) WITH ORDINALITY AS c(p, after, mark, i)
     CROSS JOIN LATERAL (
         (SELECT * FROM ` + n.messages + ` y
-         WHERE c.mark <> '' AND y.partition = c.p AND y.seq <= c.after AND y.published_at IS NULL
-           AND y.txid >= pg_snapshot_xmin(c.mark::pg_snapshot)
+         WHERE c.mark <> '' AND y.partition = c.p AND y.published_at IS NULL
+           AND (y.txid = ANY (ARRAY(SELECT pg_snapshot_xip(c.mark::pg_snapshot)))
+                OR y.txid >= pg_snapshot_xmax(c.mark::pg_snapshot))
+           AND y.seq <= c.after
            AND NOT pg_visible_in_snapshot(y.txid, c.mark::pg_snapshot)
          ORDER BY y.seq)
         UNION ALL

@@ -71,6 +71,7 @@ func (n names) render(sql string) (string, error) {
 		"{{pending_idx}}", n.pendingIdx,
 		"{{published_idx}}", n.publishedIdx,
 		"{{failed_idx}}", n.failedIdx,
+		"{{txid_idx}}", n.txidIdx,
 	)
 	out := r.Replace(sql)
 	if i := strings.Index(out, "{{"); i >= 0 {

@@ -111,6 +111,7 @@ type names struct {
 	pendingIdx   string // quoted, unqualified index names
 	publishedIdx string
 	failedIdx    string
+	txidIdx      string
 	channel      string // NOTIFY channel, unquoted (a value for pg_notify)
 	lockKey      string // advisory lock key text for Migrate
 }
@@ -129,6 +130,7 @@ func newNames(o Options) names {
 		pendingIdx:   u("_messages_pending_idx"),
 		publishedIdx: u("_messages_published_idx"),
 		failedIdx:    u("_dead_letters_failed_idx"),
+		txidIdx:      u("_messages_txid_idx"),
 		channel:      channelName(o.Schema, o.TablePrefix),
 		lockKey:      "outbox.migrate:" + o.Schema + "." + o.TablePrefix,
 	}

@@ -16,12 +16,18 @@ import (
 // is computed from the key hash with P read from the meta table, so writers
 // do not need to know P. It returns the number of inserted rows.
 func writeSQL(n names, notify bool) string {
-	q := `WITH ins AS (
-    INSERT INTO ` + n.messages + ` (id, partition, topic, key, payload, headers, created_at)
-    SELECT u.id, (u.hash % m.partitions)::integer, u.topic, u.key, u.payload, u.headers::jsonb, u.created_at
-    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
-        AS u(id, hash, topic, key, payload, headers, created_at)
+	// x takes the transaction's ID before the first row gets its sequence
+	// number (FetchMarked relies on it: a transaction that starts after a
+	// fetch cannot hold a number at or below that fetch's cursor).
+	q := `WITH x AS MATERIALIZED (
+    SELECT pg_current_xact_id() AS txid
+), ins AS (
+    INSERT INTO ` + n.messages + ` (id, partition, topic, key, payload, headers, created_at, txid)
+    SELECT u.id, (u.hash % m.partitions)::integer, u.topic, u.key, u.payload, u.headers::jsonb, u.created_at, x.txid
+    FROM x
     CROSS JOIN ` + n.meta + ` m
+    CROSS JOIN unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
+        AS u(id, hash, topic, key, payload, headers, created_at)
     RETURNING 1
 )
 SELECT count(*) FROM ins`

@@ -455,7 +455,7 @@ func TestLongNames(t *testing.T) {
 	if idx, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{prefix + "_messages_pending_idx", prefix + "_messages_published_idx", prefix + "_dead_letters_failed_idx"} {
+	for _, want := range []string{prefix + "_messages_pending_idx", prefix + "_messages_published_idx", prefix + "_dead_letters_failed_idx", prefix + "_messages_txid_idx"} {
 		if !slices.Contains(idx, want) {
 			t.Errorf("index %s missing (truncated?): have %v", want, idx)
 		}
