@@ -23,8 +23,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/outboxrelay/outbox"
-	"github.com/outboxrelay/outbox/broker/natsjs"
 	"github.com/outboxrelay/outbox/brokertest"
+	"github.com/outboxrelay/outbox/internal/backends"
 	"github.com/outboxrelay/outbox/internal/relaytest"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/store/postgres"
@@ -39,17 +39,38 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// env is one test's servers: a migrated database and a JetStream stream
-// capturing subject prefix "e2e.>".
+// env is one test's servers: a migrated database and a broker whose
+// destinations capture the topics "e2e.*".
 type env struct {
-	dsn    string
-	store  *postgres.Store
-	url    string
-	js     jetstream.JetStream
-	stream string
+	dsn   string
+	store *postgres.Store
+	*target
+}
+
+// target is a broker to relay to: the URL for backends.OpenPublisher, and
+// a reader that feeds every delivery, in the broker's order per key, to a
+// checker.
+type target struct {
+	name string
+	url  string
+	read func(t *testing.T, c *brokertest.Checker) int
+}
+
+// brokers are the brokers the chaos and crash tests run against.
+var brokers = []struct {
+	name  string
+	start func(t *testing.T) *target
+}{
+	{"nats", natsTarget},
+	{"rabbitmq", rabbitTarget},
+	{"kafka", kafkaTarget},
 }
 
 func setup(t *testing.T, partitions int) *env {
+	return setupWith(t, partitions, natsTarget)
+}
+
+func setupWith(t *testing.T, partitions int, broker func(t *testing.T) *target) *env {
 	t.Helper()
 	ctx := context.Background()
 	dsn := testenv.PostgresDSN(t)
@@ -61,6 +82,14 @@ func setup(t *testing.T, partitions int) *env {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return &env{dsn: dsn, store: st, target: broker(t)}
+}
+
+// natsTarget: an embedded JetStream server with a file-storage stream on
+// "e2e.>" (de-duplicating on Nats-Msg-Id), read back with an ordered
+// consumer.
+func natsTarget(t *testing.T) *target {
+	ctx := context.Background()
 	ns := testenv.NATS(t)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -76,7 +105,9 @@ func setup(t *testing.T, partitions int) *env {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return &env{dsn: dsn, store: st, url: ns.ClientURL(), js: js, stream: "E2E"}
+	return &target{name: "nats", url: ns.ClientURL(), read: func(t *testing.T, c *brokertest.Checker) int {
+		return readStream(t, js, "E2E", c)
+	}}
 }
 
 // writer writes messages in transactions of 1 to 10 while running, each
@@ -141,11 +172,11 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 
 // readStream feeds every message of the stream, in stream order, to the
 // checker and returns how many it read.
-func readStream(t *testing.T, e *env, c *brokertest.Checker) int {
+func readStream(t *testing.T, js jetstream.JetStream, stream string, c *brokertest.Checker) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := e.js.Stream(ctx, e.stream)
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +209,9 @@ func readStream(t *testing.T, e *env, c *brokertest.Checker) int {
 
 func verify(t *testing.T, e *env, c *brokertest.Checker) brokertest.Report {
 	t.Helper()
-	n := readStream(t, e, c)
+	n := e.read(t, c)
 	rep := c.Verify()
-	t.Logf("stream holds %d messages; %s", n, rep)
+	t.Logf("%s delivered %d messages; %s", e.name, n, rep)
 	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,13 +226,27 @@ func verify(t *testing.T, e *env, c *brokertest.Checker) brokertest.Report {
 // adds latency, while writers keep writing 50,000 messages over 500 keys.
 // Nothing may be lost, the first deliveries of each key must follow commit
 // order, and every duplicate must be a redelivery of an ID already seen.
+//
+// It runs once per broker, with 50,000 messages on NATS and 20,000 on the
+// others (the checker's work is the same; the suite's time is not).
 func TestChaosTwoRelays(t *testing.T) {
-	e := setup(t, 32)
+	for _, b := range brokers {
+		t.Run(b.name, func(t *testing.T) {
+			perWriter := 10000
+			if b.name != "nats" {
+				perWriter = 4000
+			}
+			chaosTwoRelays(t, setupWith(t, 32, b.start), perWriter)
+		})
+	}
+}
+
+func chaosTwoRelays(t *testing.T, e *env, perWriter int) {
 	checker := brokertest.NewChecker()
 	var relays []*outbox.Relay
 	var chaos []*brokertest.Chaos
 	for i := 0; i < 2; i++ {
-		pub, err := natsjs.Dial(e.url, natsjs.Options{})
+		pub, err := backends.OpenPublisher(context.Background(), e.url, backends.BrokerOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +272,7 @@ func TestChaosTwoRelays(t *testing.T) {
 		relays = append(relays, r)
 	}
 
-	const writers, keysPerWriter, perWriter = 5, 100, 10000 // 50,000 over 500 keys
+	const writers, keysPerWriter = 5, 100 // 500 keys
 	w := &writer{e: e, checker: checker}
 	var wg sync.WaitGroup
 	for i := 0; i < writers; i++ {
@@ -272,7 +317,7 @@ func childRelay() int {
 		return 1
 	}
 	defer st.Close()
-	pub, err := natsjs.Dial(os.Getenv("OUTBOX_E2E_NATS"), natsjs.Options{})
+	pub, err := backends.OpenPublisher(ctx, os.Getenv("OUTBOX_E2E_BROKER"), backends.BrokerOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -304,8 +349,15 @@ func crashConfig(node string) outbox.Config {
 // starts new ones, several times, while writers keep writing; a last relay
 // drains what is left. The stream must hold every message, first delivered
 // in per-key commit order.
+//
+// It runs once per broker.
 func TestCrashRestart(t *testing.T) {
-	e := setup(t, 16)
+	for _, b := range brokers {
+		t.Run(b.name, func(t *testing.T) { crashRestart(t, setupWith(t, 16, b.start)) })
+	}
+}
+
+func crashRestart(t *testing.T, e *env) {
 	checker := brokertest.NewChecker()
 	w := &writer{e: e, checker: checker}
 	var stopWriting atomic.Bool
@@ -323,7 +375,7 @@ func TestCrashRestart(t *testing.T) {
 		var procs []*exec.Cmd
 		for j := 0; j < 2; j++ { // two relay processes at a time
 			cmd := exec.Command(bin, "-test.run=^$")
-			cmd.Env = append(os.Environ(), childEnv+"=relay", "OUTBOX_E2E_DSN="+e.dsn, "OUTBOX_E2E_NATS="+e.url,
+			cmd.Env = append(os.Environ(), childEnv+"=relay", "OUTBOX_E2E_DSN="+e.dsn, "OUTBOX_E2E_BROKER="+e.url,
 				fmt.Sprintf("OUTBOX_E2E_NODE=crash-%d-%d", round, j))
 			cmd.Stderr = os.Stderr
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -350,7 +402,7 @@ func TestCrashRestart(t *testing.T) {
 		t.FailNow()
 	}
 	// The last relay, in process, drains the rest.
-	pub, err := natsjs.Dial(e.url, natsjs.Options{})
+	pub, err := backends.OpenPublisher(context.Background(), e.url, backends.BrokerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
