@@ -51,10 +51,9 @@ type worker struct {
 type partState struct {
 	lease      Lease
 	validUntil time.Time
-	cursor     int64     // highest Seq fetched
-	mark       string    // the MarkedFetcher mark of the fetch that set cursor
-	pending    []*Record // fetched, not in flight, in commit (fetch) order
-	busy       map[string]bool
+	cursor     int64              // highest Seq fetched
+	mark       string             // the MarkedFetcher mark of the fetch that set cursor
+	q          partQueue          // fetched, not in flight, per key in commit (fetch) order
 	inflight   map[string]*Record // by ID
 	settling   map[string]bool    // IDs settled in memory, not yet in the store
 	caughtUp   bool               // the last fetch returned everything there was
@@ -122,7 +121,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 			// The store failed recently: wait before touching it again.
 		} else if w.inflight < w.r.cfg.InFlight {
 			w.refill(ctx)
-			if batches := w.build(time.Now()); len(batches) > 0 {
+			if batches := w.build(w.r.cfg.Now()); len(batches) > 0 {
 				for _, b := range batches {
 					w.launch(killCtx, b)
 				}
@@ -232,10 +231,8 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	for _, ps := range w.parts {
-		for _, rec := range ps.pending {
-			if rec.NextAttemptAt.After(now) && !ps.busy[rec.Key] {
-				d = min(d, rec.NextAttemptAt.Sub(now))
-			}
+		if due := ps.q.nextDue(); !due.IsZero() {
+			d = min(d, due.Sub(now))
 		}
 	}
 	return max(d, time.Millisecond)
@@ -271,7 +268,7 @@ func (w *worker) syncLeases() {
 			w.parts[p] = &partState{
 				lease:      h.Lease,
 				validUntil: h.validUntil,
-				busy:       map[string]bool{},
+				q:          newPartQueue(),
 				inflight:   map[string]*Record{},
 				settling:   map[string]bool{},
 			}
@@ -326,7 +323,7 @@ func (w *worker) refill(ctx context.Context) {
 	var cursors []Cursor
 	for _, p := range w.order {
 		ps := w.parts[p]
-		if len(ps.pending) > cfg.FetchSize/2 {
+		if ps.q.n > cfg.FetchSize/2 {
 			continue
 		}
 		if ps.caughtUp && !w.fetchNeeded && !poll {
@@ -386,6 +383,7 @@ func (w *worker) fetched(res fetchResult) {
 		}
 		return ps
 	}
+	now := w.r.cfg.Now()
 	counts := map[int]int{}
 	for i := range res.recs {
 		rec := &res.recs[i]
@@ -394,14 +392,14 @@ func (w *worker) fetched(res fetchResult) {
 			continue
 		}
 		if rec.Seq <= ps.cursor {
-			if !ps.known(rec.ID) {
-				ps.pending = append(ps.pending, rec)
+			if !ps.known(rec) {
+				ps.q.push(rec, now)
 			}
 			continue
 		}
 		counts[rec.Partition]++
 		ps.cursor = rec.Seq
-		ps.pending = append(ps.pending, rec)
+		ps.q.push(rec, now)
 	}
 	for _, c := range res.cursors {
 		if ps := current(c.Partition); ps != nil {
@@ -465,9 +463,7 @@ func (w *worker) sweep(ctx context.Context) {
 	}
 	pendingIDs := map[string]bool{}
 	for _, p := range w.order {
-		for _, rec := range w.parts[p].pending {
-			pendingIDs[rec.ID] = true
-		}
+		w.parts[p].q.each(func(rec *Record) { pendingIDs[rec.ID] = true })
 	}
 	var late []Cursor
 	for _, ref := range refs {
@@ -493,26 +489,12 @@ func (w *worker) sweep(ctx context.Context) {
 		}
 		pendingIDs[rec.ID] = true
 		w.r.log.Warn("late record found by the sweep", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
-		ps.pending = append(ps.pending, rec)
+		ps.q.push(rec, w.r.cfg.Now())
 	}
 }
 
-func (ps *partState) known(id string) bool {
-	if ps.inflight[id] != nil || ps.settling[id] {
-		return true
-	}
-	for _, rec := range ps.pending {
-		if rec.ID == id {
-			return true
-		}
-	}
-	return false
-}
-
-// requeue puts a failed record back at the front: it is the earliest
-// record of its key, and every later one of that key waits behind it.
-func (ps *partState) requeue(rec *Record) {
-	ps.pending = slices.Insert(ps.pending, 0, rec)
+func (ps *partState) known(rec *Record) bool {
+	return ps.inflight[rec.ID] != nil || ps.settling[rec.ID] || ps.q.has(rec)
 }
 
 // build picks the next batches: for each key only its first pending
@@ -534,38 +516,13 @@ func (w *worker) build(now time.Time) [][]*Record {
 	for k := 0; k < n && len(recs) < limit; k++ {
 		p := w.order[(w.next+k)%n]
 		ps := w.parts[p]
-		if len(ps.pending) == 0 || !mono.Add(cfg.PublishTimeout).Before(ps.validUntil) {
+		if len(ps.q.ready) == 0 && len(ps.q.waiting) == 0 || !mono.Add(cfg.PublishTimeout).Before(ps.validUntil) {
 			continue
 		}
-		seen := map[string]bool{}
-		kept := ps.pending[:0]
-		for i, rec := range ps.pending {
-			if len(recs) >= limit {
-				kept = append(kept, ps.pending[i:]...)
-				break
-			}
-			take := true
-			if rec.Key != "" {
-				if ps.busy[rec.Key] || seen[rec.Key] {
-					take = false
-				}
-				seen[rec.Key] = true
-			}
-			if take && rec.NextAttemptAt.After(now) {
-				take = false
-			}
-			if !take {
-				kept = append(kept, rec)
-				continue
-			}
-			if rec.Key != "" {
-				ps.busy[rec.Key] = true
-			}
+		for _, rec := range ps.q.take(limit-len(recs), now) {
 			ps.inflight[rec.ID] = rec
 			recs = append(recs, rec)
 		}
-		clear(ps.pending[len(kept):])
-		ps.pending = kept
 	}
 	if n > 0 {
 		w.next = (w.next + 1) % n
@@ -618,9 +575,6 @@ func (w *worker) handle(res publishResult) {
 		}
 		kept++
 		delete(ps.inflight, rec.ID)
-		if rec.Key != "" {
-			delete(ps.busy, rec.Key)
-		}
 		s := w.settle[rec.Partition]
 		if s == nil {
 			s = &Settlement{Lease: ps.lease}
@@ -635,7 +589,9 @@ func (w *worker) handle(res publishResult) {
 		ps.settling[rec.ID] = true
 		if outcomes[i] == outcomeRetry {
 			// Retry later, holding back its key.
-			ps.requeue(rec)
+			ps.q.pushFront(rec, now)
+		} else {
+			ps.q.done(rec, now)
 		}
 	}
 	if kept < len(res.recs) {

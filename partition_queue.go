@@ -1,0 +1,170 @@
+package outbox
+
+import (
+	"slices"
+	"time"
+)
+
+// keyQueue holds the fetched, unpublished records of one key in commit
+// order. Its head is the only record of the key that may be published, and
+// only while no record of the key is in flight.
+type keyQueue struct {
+	key   string
+	recs  []*Record
+	state queueState
+}
+
+type queueState uint8
+
+const (
+	queueIdle    queueState = iota // empty, or just emptied
+	queueReady                     // head publishable now: in ready
+	queueWaiting                   // head waits for NextAttemptAt: in waiting
+	queueBusy                      // a record of the key is in flight
+)
+
+// partQueue is what a worker holds of one partition's records: a queue per
+// key, the keys whose head can go now (in the order they became ready), and
+// the keys waiting for a retry time. Taking a batch costs what it takes,
+// not what is pending. Not safe for concurrent use: it belongs to a worker.
+type partQueue struct {
+	queues  map[string]*keyQueue
+	ready   []*keyQueue
+	waiting []*keyQueue
+	n       int // records queued (not in flight)
+}
+
+func newPartQueue() partQueue {
+	return partQueue{queues: map[string]*keyQueue{}}
+}
+
+// queueKey is the key a record is queued under. Records without a key have
+// no order, so each gets a queue of its own.
+func queueKey(rec *Record) string {
+	if rec.Key == "" {
+		return "\x00" + rec.ID
+	}
+	return rec.Key
+}
+
+// push appends rec behind the queued records of its key.
+func (pq *partQueue) push(rec *Record, now time.Time) {
+	k := queueKey(rec)
+	q := pq.queues[k]
+	if q == nil {
+		q = &keyQueue{key: k}
+		pq.queues[k] = q
+	}
+	q.recs = append(q.recs, rec)
+	pq.n++
+	if q.state == queueIdle {
+		pq.schedule(q, now)
+	}
+}
+
+// pushFront puts a failed record back at the head of its key's queue; its
+// key is no longer in flight.
+func (pq *partQueue) pushFront(rec *Record, now time.Time) {
+	k := queueKey(rec)
+	q := pq.queues[k]
+	if q == nil {
+		q = &keyQueue{key: k}
+		pq.queues[k] = q
+	}
+	q.recs = slices.Insert(q.recs, 0, rec)
+	pq.n++
+	q.state = queueIdle
+	pq.schedule(q, now)
+}
+
+// done ends the flight of rec's key after rec was delivered or dead-lettered.
+func (pq *partQueue) done(rec *Record, now time.Time) {
+	k := queueKey(rec)
+	q := pq.queues[k]
+	if q == nil {
+		return
+	}
+	q.state = queueIdle
+	if len(q.recs) == 0 {
+		delete(pq.queues, k)
+		return
+	}
+	pq.schedule(q, now)
+}
+
+// schedule files an idle, non-empty queue as ready or waiting.
+func (pq *partQueue) schedule(q *keyQueue, now time.Time) {
+	if q.recs[0].NextAttemptAt.After(now) {
+		q.state = queueWaiting
+		pq.waiting = append(pq.waiting, q)
+		return
+	}
+	q.state = queueReady
+	pq.ready = append(pq.ready, q)
+}
+
+// take removes and returns up to max heads of ready keys, marking their
+// keys in flight. Waiting keys whose time has come are readied first.
+func (pq *partQueue) take(max int, now time.Time) []*Record {
+	if len(pq.waiting) > 0 {
+		kept := pq.waiting[:0]
+		for _, q := range pq.waiting {
+			if q.recs[0].NextAttemptAt.After(now) {
+				kept = append(kept, q)
+				continue
+			}
+			q.state = queueReady
+			pq.ready = append(pq.ready, q)
+		}
+		clear(pq.waiting[len(kept):])
+		pq.waiting = kept
+	}
+	n := min(max, len(pq.ready))
+	if n <= 0 {
+		return nil
+	}
+	out := make([]*Record, n)
+	for i, q := range pq.ready[:n] {
+		out[i] = q.recs[0]
+		q.recs[0] = nil
+		q.recs = q.recs[1:]
+		q.state = queueBusy
+	}
+	clear(pq.ready[:n])
+	pq.ready = pq.ready[n:]
+	pq.n -= n
+	return out
+}
+
+// nextDue returns the earliest retry time of a waiting key, or zero.
+func (pq *partQueue) nextDue() time.Time {
+	var t time.Time
+	for _, q := range pq.waiting {
+		if at := q.recs[0].NextAttemptAt; t.IsZero() || at.Before(t) {
+			t = at
+		}
+	}
+	return t
+}
+
+// has reports whether a record with that ID is queued (a linear search:
+// for the rare late record).
+func (pq *partQueue) has(rec *Record) bool {
+	if q := pq.queues[queueKey(rec)]; q != nil {
+		for _, r := range q.recs {
+			if r.ID == rec.ID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// each calls fn for every queued record.
+func (pq *partQueue) each(fn func(*Record)) {
+	for _, q := range pq.queues {
+		for _, r := range q.recs {
+			fn(r)
+		}
+	}
+}
