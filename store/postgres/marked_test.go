@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -81,4 +82,29 @@ func markedIDs(recs []outbox.Record) []string {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+func TestOpenSizesThePoolForARelay(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.PostgresDSN(t)
+	st, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got := st.Pool().Config().MaxConns; got != postgres.PoolMaxConnsDefault {
+		t.Fatalf("MaxConns = %d, want %d", got, postgres.PoolMaxConnsDefault)
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	st2, err := postgres.Open(ctx, dsn+sep+"pool_max_conns=3", postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	if got := st2.Pool().Config().MaxConns; got != 3 {
+		t.Fatalf("MaxConns with pool_max_conns=3 = %d", got)
+	}
 }

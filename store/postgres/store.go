@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -46,6 +47,12 @@ type Store struct {
 	closed   atomic.Bool
 }
 
+// PoolMaxConnsDefault is the connection limit of a pool made by Open when
+// the URL sets no pool_max_conns: enough for a relay's workers to fetch and
+// settle concurrently (two connections each at most) and for a heartbeat.
+// Connections are opened only when needed.
+const PoolMaxConnsDefault = 32
+
 // Open connects to the PostgreSQL database at dsn (a postgres:// URL or a
 // key=value connection string) with its own connection pool, which Close
 // closes. It checks that the server is reachable; it does not create the
@@ -58,6 +65,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: the store URL is not a valid PostgreSQL connection string (want postgres://user:password@host:5432/dbname): %w", err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// pgxpool's default, max(4, CPUs), starves a relay: each worker
+		// fetches and settles beside its publishing, plus the heartbeat.
+		cfg.MaxConns = max(cfg.MaxConns, PoolMaxConnsDefault)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
