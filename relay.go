@@ -38,6 +38,11 @@ type Relay struct {
 	done    chan struct{}
 	runErr  error
 	workers []*worker
+	wakes   []chan struct{} // one per worker
+	// fetchAll[i] asks worker i to fetch all its partitions; dirty[p] asks
+	// p's worker to fetch p. Set by notifications, cleared by the workers.
+	fetchAll []atomic.Bool
+	dirty    []atomic.Bool
 
 	// Leases held, shared between the coordinator and the workers.
 	leaseMu  sync.RWMutex
@@ -202,21 +207,18 @@ func (r *Relay) beat() { r.lastBeat.Store(time.Now().UnixNano()) }
 func (r *Relay) run(workCtx, killCtx context.Context) {
 	defer close(r.done)
 	var wg sync.WaitGroup
-	wakes := make([]chan struct{}, r.cfg.Workers)
-	for i := range wakes {
-		wakes[i] = make(chan struct{}, 1)
+	r.wakes = make([]chan struct{}, r.cfg.Workers)
+	for i := range r.wakes {
+		r.wakes[i] = make(chan struct{}, 1)
 	}
+	r.fetchAll = make([]atomic.Bool, r.cfg.Workers)
+	r.dirty = make([]atomic.Bool, r.partitions)
 	broadcast := func() {
-		for _, w := range wakes {
-			select {
-			case w <- struct{}{}:
-			default:
-			}
+		for i := range r.wakes {
+			r.wake(i)
 		}
 	}
-	if n, ok := r.store.(Notifier); ok {
-		wg.Go(func() { r.listen(workCtx, n, broadcast) })
-	}
+	wg.Go(func() { r.listen(workCtx) })
 	if c, ok := r.store.(Cleaner); ok {
 		wg.Go(func() { r.clean(workCtx, c) })
 	}
@@ -224,7 +226,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	if r.cfg.Ordering == OrderingNone {
 		var ws sync.WaitGroup
 		for i := 0; i < r.cfg.Workers; i++ {
-			ws.Go(func() { r.runUnordered(workCtx, killCtx, wakes[i]) })
+			ws.Go(func() { r.runUnordered(workCtx, killCtx, r.wakes[i]) })
 		}
 		ws.Wait()
 		wg.Wait()
@@ -233,7 +235,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 
 	r.workers = make([]*worker, r.cfg.Workers)
 	for i := range r.workers {
-		r.workers[i] = newWorker(r, i, wakes[i])
+		r.workers[i] = newWorker(r, i, r.wakes[i])
 	}
 	coordDone := make(chan struct{})
 	coordCtx, stopCoord := context.WithCancel(killCtx)
@@ -267,17 +269,62 @@ func (r *Relay) leave(killCtx context.Context) {
 	r.emit(Event{Kind: EventLeases})
 }
 
+// wake nudges worker i, without blocking.
+func (r *Relay) wake(i int) {
+	select {
+	case r.wakes[i] <- struct{}{}:
+	default:
+	}
+}
+
+// notifyAll makes every worker fetch all its partitions.
+func (r *Relay) notifyAll() {
+	for i := range r.wakes {
+		r.fetchAll[i].Store(true)
+		r.wake(i)
+	}
+}
+
+// notifyPartitions makes the workers owning ps fetch those partitions.
+func (r *Relay) notifyPartitions(ps []int) {
+	for _, p := range ps {
+		if p < 0 || p >= len(r.dirty) {
+			continue
+		}
+		r.dirty[p].Store(true)
+		r.wake(p % r.cfg.Workers)
+	}
+}
+
 // listen forwards store notifications to the workers, resubscribing after
-// failures.
-func (r *Relay) listen(ctx context.Context, n Notifier, broadcast func()) {
+// failures (meanwhile the workers poll). A PartitionNotifier's
+// notifications reach only the workers owning the partitions written.
+func (r *Relay) listen(ctx context.Context) {
+	pn, byPartition := r.store.(PartitionNotifier)
+	n, plain := r.store.(Notifier)
+	if !byPartition && !plain {
+		return
+	}
 	for ctx.Err() == nil {
-		ch, err := n.Subscribe(ctx)
-		if err != nil {
-			r.log.Debug("subscribe failed; polling", "err", err)
+		var err error
+		if byPartition {
+			err = pn.SubscribePartitions(ctx, func(ps []int) {
+				if ps == nil {
+					r.notifyAll()
+				} else {
+					r.notifyPartitions(ps)
+				}
+			})
 		} else {
-			for range ch {
-				broadcast()
+			var ch <-chan struct{}
+			if ch, err = n.Subscribe(ctx); err == nil {
+				for range ch {
+					r.notifyAll()
+				}
 			}
+		}
+		if err != nil && ctx.Err() == nil {
+			r.log.Debug("subscription failed; polling", "err", err)
 		}
 		if !sleepCtx(ctx, r.cfg.PollInterval) {
 			return

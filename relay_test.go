@@ -250,6 +250,40 @@ func TestRelayChaosTwoRelays(t *testing.T) {
 	}
 }
 
+// TestNotificationsWakeTheRelay: with polling effectively off, writes must
+// reach the broker through notifications alone, by partition or not.
+func TestNotificationsWakeTheRelay(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store func(*memstore.Store) outbox.Store
+	}{
+		{"partitions", func(st *memstore.Store) outbox.Store { return st }},
+		{"plain", func(st *memstore.Store) outbox.Store {
+			return struct {
+				outbox.Store
+				outbox.Notifier
+				outbox.MarkedFetcher
+			}{st, st, st}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := memstore.New(16, nil)
+			b := &broker{}
+			cfg := fastConfig()
+			cfg.PollInterval = time.Hour
+			cfg.HeartbeatInterval = 100 * time.Millisecond
+			r := startRelay(t, c.store(st), b, cfg)
+			waitFor(t, "leases", 10*time.Second, func() bool { return r.Stats().Leases == 16 })
+			for i := 0; i < 20; i++ {
+				if err := st.Write(context.Background(), outbox.Message{Topic: "t", Key: fmt.Sprint("k", i)}); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "the write to be published", 10*time.Second, func() bool { return len(b.delivered()) == i+1 })
+			}
+		})
+	}
+}
+
 func TestRelayPoisonPillDeadLettersAndUnblocksKey(t *testing.T) {
 	st := memstore.New(4, nil)
 	poison := outbox.NewID()

@@ -179,6 +179,17 @@ type Notifier interface {
 	Subscribe(ctx context.Context) (<-chan struct{}, error)
 }
 
+// PartitionNotifier is implemented by stores whose notifications name the
+// partitions written (PostgreSQL's NOTIFY payload). The relay then wakes
+// only the workers owning them, and they fetch only those partitions.
+type PartitionNotifier interface {
+	// SubscribePartitions calls fn, from one goroutine and in order, with
+	// the partitions of each write as it commits, until ctx ends (it then
+	// returns nil) or the subscription fails (it returns the error; the
+	// relay polls and subscribes again). fn(nil) means "any partition".
+	SubscribePartitions(ctx context.Context, fn func(partitions []int)) error
+}
+
 // Cleaner is implemented by stores that keep published records for a while
 // (retention). The relay calls Cleanup periodically.
 type Cleaner interface {

@@ -40,11 +40,10 @@ type worker struct {
 	settleDone  chan settleResult
 	settlerBusy bool
 
-	lastSweep   time.Time
-	lastFetch   time.Time
-	storeFails  int
-	retryStore  time.Time // no store call before this after a failure
-	fetchNeeded bool
+	lastSweep  time.Time
+	lastFetch  time.Time
+	storeFails int
+	retryStore time.Time // no store call before this after a failure
 }
 
 // partState is what a worker knows of one leased partition.
@@ -141,8 +140,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 			w.settled(res)
 		case res := <-w.fetchedCh:
 			w.fetched(res)
-		case <-w.wake:
-			w.fetchNeeded = true
+		case <-w.wake: // refill reads what the notification asked for
 		case <-t.C:
 		case <-ctx.Done():
 		}
@@ -272,7 +270,6 @@ func (w *worker) syncLeases() {
 				inflight:   map[string]*Record{},
 				settling:   map[string]bool{},
 			}
-			w.fetchNeeded = true
 		}
 	}
 	w.reorder()
@@ -320,13 +317,17 @@ func (w *worker) refill(ctx context.Context) {
 	cfg := w.r.cfg
 	now := time.Now()
 	poll := now.Sub(w.lastFetch) >= cfg.PollInterval
+	all := w.r.fetchAll[w.index].Swap(false)
 	var cursors []Cursor
 	for _, p := range w.order {
 		ps := w.parts[p]
+		if w.r.dirty[p].Swap(false) || all {
+			ps.caughtUp = false // written since the last fetch
+		}
 		if ps.q.n > cfg.FetchSize/2 {
 			continue
 		}
-		if ps.caughtUp && !w.fetchNeeded && !poll {
+		if ps.caughtUp && !poll {
 			continue
 		}
 		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
@@ -334,7 +335,6 @@ func (w *worker) refill(ctx context.Context) {
 	if len(cursors) == 0 {
 		return
 	}
-	w.fetchNeeded = false
 	w.lastFetch = now
 	w.fetching = true
 	limit := cfg.FetchSize / 2

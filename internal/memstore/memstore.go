@@ -31,6 +31,7 @@ type Store struct {
 	relays     map[string]time.Time
 	locked     map[string]bool // claimed by an unordered claim
 	subs       []chan struct{}
+	psubs      []chan []int
 
 	// FailNext, when set, is returned (once) by the next call of the named
 	// method ("Fetch", "Settle", "AcquireLeases", "Heartbeat", "Unsettled").
@@ -133,16 +134,26 @@ func (s *Store) Begin(msgs ...outbox.Message) (commit func(), err error) {
 	return func() {
 		s.mu.Lock()
 		s.commits++
+		seen := map[int]bool{}
+		var parts []int
 		for _, e := range es {
 			e.visible, e.commitNo = true, s.commits
+			if !seen[e.rec.Partition] {
+				seen[e.rec.Partition] = true
+				parts = append(parts, e.rec.Partition)
+			}
 		}
 		subs := slices.Clone(s.subs)
+		psubs := slices.Clone(s.psubs)
 		s.mu.Unlock()
 		for _, c := range subs {
 			select {
 			case c <- struct{}{}:
 			default:
 			}
+		}
+		for _, c := range psubs {
+			c <- parts // buffered generously; a test store, not a queue
 		}
 	}, nil
 }
@@ -478,9 +489,31 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	return out, nil
 }
 
+// SubscribePartitions implements outbox.PartitionNotifier.
+func (s *Store) SubscribePartitions(ctx context.Context, fn func([]int)) error {
+	c := make(chan []int, 1<<16)
+	s.mu.Lock()
+	s.psubs = append(s.psubs, c)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.psubs = slices.DeleteFunc(s.psubs, func(x chan []int) bool { return x == c })
+		s.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ps := <-c:
+			fn(ps)
+		}
+	}
+}
+
 var (
-	_ outbox.Store          = (*Store)(nil)
-	_ outbox.UnorderedStore = (*Store)(nil)
-	_ outbox.Notifier       = (*Store)(nil)
-	_ outbox.MarkedFetcher  = (*Store)(nil)
+	_ outbox.Store             = (*Store)(nil)
+	_ outbox.UnorderedStore    = (*Store)(nil)
+	_ outbox.Notifier          = (*Store)(nil)
+	_ outbox.MarkedFetcher     = (*Store)(nil)
+	_ outbox.PartitionNotifier = (*Store)(nil)
 )

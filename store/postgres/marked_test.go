@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -106,5 +107,67 @@ func TestOpenSizesThePoolForARelay(t *testing.T) {
 	defer st2.Close()
 	if got := st2.Pool().Config().MaxConns; got != 3 {
 		t.Fatalf("MaxConns with pool_max_conns=3 = %d", got)
+	}
+}
+
+// TestSubscribePartitions: a committed write reports its partitions, once
+// each, to a partition subscriber.
+func TestSubscribePartitions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := postgres.Open(ctx, testenv.PostgresDSN(t), postgres.Options{Partitions: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []int, 10)
+	done := make(chan error, 1)
+	listening := make(chan struct{})
+	go func() {
+		done <- st.SubscribePartitions(ctx, func(ps []int) { got <- ps })
+	}()
+	// The subscription is live once a marker notification comes through.
+	go func() {
+		defer close(listening)
+		for {
+			if _, err := st.Pool().Exec(ctx, "SELECT pg_notify($1, 'marker')", st.Options().Channel()); err != nil {
+				return
+			}
+			select {
+			case ps := <-got:
+				if ps == nil { // the marker is no partition list
+					return
+				}
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	<-listening
+	msgs := []outbox.Message{{Topic: "t", Key: "x"}, {Topic: "t", Key: "y"}, {Topic: "t", Key: "x"}}
+	if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error { return postgres.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]bool{outbox.PartitionOf("x", 16): true, outbox.PartitionOf("y", 16): true}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ps := <-got:
+			if ps == nil {
+				continue // a late marker
+			}
+			if len(ps) != len(want) || !want[ps[0]] || !want[ps[len(ps)-1]] {
+				t.Fatalf("partitions %v, want %v", ps, want)
+			}
+		case <-timeout:
+			t.Fatal("no notification after the commit")
+		}
+		break
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("SubscribePartitions returned %v after ctx ended, want nil", err)
 	}
 }

@@ -28,13 +28,17 @@ func writeSQL(n names, notify bool) string {
     CROSS JOIN ` + n.meta + ` m
     CROSS JOIN unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
         AS u(id, hash, topic, key, payload, headers, created_at)
-    RETURNING 1
-)
+    RETURNING partition
+)`
+	if !notify {
+		return q + `
 SELECT count(*) FROM ins`
-	if notify {
-		q += ` CROSS JOIN pg_notify($8, '')`
 	}
-	return q
+	// The payload names the partitions written (comma-separated), so that
+	// only the relay workers owning them fetch; PostgreSQL delivers it on
+	// commit and folds identical notifications of one transaction.
+	return q + `
+SELECT count(*), pg_notify($8, string_agg(DISTINCT partition::text, ',')) FROM ins`
 }
 
 // recordColumns are the columns scanned by scanRecord, from alias m.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -380,7 +381,7 @@ func TestNotifyAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if err := b.store.Writer().Write(b.ctx, tx, outbox.Message{Topic: "n"}, outbox.Message{Topic: "n"}); err != nil {
+	if err := b.store.Writer().Write(b.ctx, tx, outbox.Message{Topic: "n", Key: "a"}, outbox.Message{Topic: "n", Key: "b"}, outbox.Message{Topic: "n", Key: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.store.Pool().Exec(b.ctx, "SELECT pg_notify($1, 'marker')", channel); err != nil {
@@ -399,8 +400,20 @@ func TestNotifyAfterCommit(t *testing.T) {
 	if n, err = listener.WaitForNotification(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n.Payload != "" {
-		t.Fatalf("second notification has payload %q, want the write's empty payload", n.Payload)
+	// The payload names the partitions written, once each.
+	p, err := b.store.Partitions(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{strconv.Itoa(outbox.PartitionOf("a", p)): true, strconv.Itoa(outbox.PartitionOf("b", p)): true}
+	got := strings.Split(n.Payload, ",")
+	if len(got) != len(want) {
+		t.Fatalf("second notification has payload %q, want the partitions %v once each", n.Payload, want)
+	}
+	for _, part := range got {
+		if !want[part] {
+			t.Fatalf("second notification has payload %q, want the partitions %v", n.Payload, want)
+		}
 	}
 }
 

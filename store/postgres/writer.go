@@ -79,10 +79,19 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) e
 		return err
 	}
 	var n int64
-	if err := tx.QueryRow(ctx, w.sql, args...).Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, w.sql, args...).Scan(w.dest(&n)...); err != nil {
 		return wrapErr("write", w.opts, err)
 	}
 	return w.checkCount(n, len(msgs))
+}
+
+// dest returns the scan destinations of the write statement: the count,
+// and pg_notify's (void) result when notifying.
+func (w *Writer) dest(n *int64) []any {
+	if *w.opts.Notify {
+		return []any{n, nil}
+	}
+	return []any{n}
 }
 
 // WriteSQL is Write for a database/sql transaction opened on the pgx stdlib
@@ -97,7 +106,12 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Messag
 		return err
 	}
 	var n int64
-	if err := tx.QueryRowContext(ctx, w.sql, args...).Scan(&n); err != nil {
+	var void any
+	dest := []any{&n}
+	if *w.opts.Notify {
+		dest = append(dest, &void)
+	}
+	if err := tx.QueryRowContext(ctx, w.sql, args...).Scan(dest...); err != nil {
 		return wrapErr("write", w.opts, err)
 	}
 	return w.checkCount(n, len(msgs))
