@@ -233,6 +233,14 @@ type Status struct {
 	Requests map[string]RequestStats `json:"requests,omitempty"`
 }
 
+// RequestCounter is implemented by stores that count their requests per
+// operation (DynamoDB, which bills per request); metrics adapters export
+// the counts. RequestStats returns totals since the store was opened and is
+// safe for concurrent use.
+type RequestCounter interface {
+	RequestStats() map[string]RequestStats
+}
+
 // RequestStats counts one operation's requests.
 type RequestStats struct {
 	Requests         int64   `json:"requests"`

@@ -220,6 +220,11 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		return err
 	}
 	defer a.closeStore(store)
+	if rc, ok := store.(outbox.RequestCounter); ok {
+		if err := outboxprom.RegisterRequests(reg, rc); err != nil {
+			return err
+		}
+	}
 	pub, err := backends.OpenPublisher(openCtx, f.broker, brokerOpts)
 	if err != nil {
 		return err

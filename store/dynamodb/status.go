@@ -131,10 +131,7 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 		st.Relays = append(st.Relays, outbox.RelayStatus{Node: node, ExpiresAt: exp, Partitions: held[node]})
 	}
 	slices.SortFunc(st.Relays, func(a, b outbox.RelayStatus) int { return cmp.Compare(a.Node, b.Node) })
-	st.Requests = map[string]outbox.RequestStats{}
-	for op, o := range s.Stats() {
-		st.Requests[op] = outbox.RequestStats{Requests: o.Requests, Errors: o.Errors, ConsumedCapacity: o.ConsumedCapacity}
-	}
+	st.Requests = s.RequestStats()
 	return st, nil
 }
 
@@ -158,4 +155,16 @@ func (s *Store) countIndex(ctx context.Context, index string) (int64, error) {
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
+}
+
+var _ outbox.RequestCounter = (*Store)(nil)
+
+// RequestStats implements outbox.RequestCounter: Stats in the portable form,
+// for `outbox status` and the metrics adapters.
+func (s *Store) RequestStats() map[string]outbox.RequestStats {
+	out := map[string]outbox.RequestStats{}
+	for op, o := range s.Stats() {
+		out[op] = outbox.RequestStats{Requests: o.Requests, Errors: o.Errors, ConsumedCapacity: o.ConsumedCapacity}
+	}
+	return out
 }
