@@ -79,8 +79,9 @@ func (b *Broker) Close() {
 // from backends.OpenPublisher or the NATS publisher it would open, with a
 // subject, routing-key or topic prefix of the bench's own. Any other scheme
 // registered in internal/backends is opened with backends.OpenPublisher,
-// without resets or counts.
-func OpenBroker(ctx context.Context, rawURL string) (*Broker, error) {
+// without resets or counts. amqpQueueType is the type of the queue declared
+// on RabbitMQ: AMQPClassic ("" means it) or AMQPQuorum.
+func OpenBroker(ctx context.Context, rawURL, amqpQueueType string) (*Broker, error) {
 	if rawURL == "" {
 		srv, stop, err := testenv.StartNATS("")
 		if err != nil {
@@ -107,7 +108,7 @@ func OpenBroker(ctx context.Context, rawURL string) (*Broker, error) {
 		}
 		return openNATS(ctx, rawURL, "nats ("+u.Redacted()+", JetStream file storage)")
 	case "amqp", "amqps":
-		return openAMQP(ctx, rawURL)
+		return openAMQP(ctx, rawURL, amqpQueueType)
 	case "kafka":
 		return openKafka(ctx, rawURL)
 	}

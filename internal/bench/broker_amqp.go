@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -36,10 +37,16 @@ func withoutParams(raw string, names ...string) string {
 
 // openAMQP opens RabbitMQ through backends.OpenPublisher (with a routing
 // key prefix of the bench's own) and, with a connection of its own, a
-// durable classic queue bound to the exchange for that prefix, so that the
-// publisher's mandatory messages are routed and the bench can purge and
-// count them. Close deletes the queue.
-func openAMQP(ctx context.Context, rawURL string) (*Broker, error) {
+// durable queue of queueType (AMQPClassic, the default, or AMQPQuorum)
+// bound to the exchange for that prefix, so that the publisher's mandatory
+// messages are routed and the bench can purge and count them. Close
+// deletes the queue.
+func openAMQP(ctx context.Context, rawURL, queueType string) (*Broker, error) {
+	queueType = cmp.Or(queueType, AMQPClassic)
+	if queueType != AMQPClassic && queueType != AMQPQuorum {
+		return nil, invalid("AMQPQueueType", "amqp-queue-type", "must be %q or %q, got %q", AMQPClassic, AMQPQuorum, queueType)
+	}
+	queueArgs := amqp.Table{"x-queue-type": queueType}
 	rawURL = withoutParams(rawURL, "prefix")
 	amqpURL, opts, err := rabbitmq.ParseURL(withoutParams(rawURL, "ack_timeout"))
 	if err != nil {
@@ -69,7 +76,7 @@ func openAMQP(ctx context.Context, rawURL string) (*Broker, error) {
 	}
 	ch, err := conn.Channel()
 	if err == nil {
-		_, err = ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
+		_, err = ch.QueueDeclare(queue, true, false, false, false, queueArgs)
 	}
 	if err == nil {
 		err = ch.QueueBind(queue, prefix+"#", exchange, false, nil)
@@ -80,7 +87,7 @@ func openAMQP(ctx context.Context, rawURL string) (*Broker, error) {
 	}
 	u, _ := url.Parse(amqpURL)
 	return &Broker{
-		Name: fmt.Sprintf("rabbitmq (%s, exchange %s, durable classic queue, confirms)", u.Redacted(), exchange),
+		Name: fmt.Sprintf("rabbitmq (%s, exchange %s, durable %s queue, confirms)", u.Redacted(), exchange, queueType),
 		open: open,
 		reset: func(context.Context) error {
 			if _, err := ch.QueuePurge(queue, false); err != nil {
@@ -89,7 +96,7 @@ func openAMQP(ctx context.Context, rawURL string) (*Broker, error) {
 			return nil
 		},
 		count: func(context.Context) (int64, error) {
-			q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
+			q, err := ch.QueueDeclarePassive(queue, true, false, false, false, queueArgs)
 			if err != nil {
 				return 0, fmt.Errorf("bench: inspect queue %s: %w", queue, err)
 			}

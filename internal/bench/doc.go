@@ -52,6 +52,24 @@
 // goes, and CPU profile samples are labelled scenario=<name> and
 // phase=timed|untimed.
 //
+// With a dynamodb:// store only the DynamoDB scenarios run (the others
+// are PostgreSQL-only), in tables of the bench's own (TABLE_bench_<random>
+// and …_adr) dropped at the end:
+//
+//   - dynamodb/relay-key: our relay (ordering key) drains a backlog written
+//     with BatchWriteItem (untimed; then the store's FetchDelay is waited
+//     out, so the whole backlog is fetchable when the clock starts). The
+//     relay's store counts its requests (dynamodb.Store.Stats); the
+//     difference over the timed span, per operation, gives the requests
+//     and capacity units per message relayed.
+//   - dynamodb/outstanding: ADR 0034's case, once after the rounds:
+//     dynamodb.CompareOutstandingQueries on an empty table of 20 shards
+//     (5 topics: the older loop's 100 Queries against ScanConcurrency
+//     Scans), then again after dynamodb.FillBacklog.
+//
+// On RabbitMQ the bench's queue is a durable classic queue, or a quorum
+// queue with Options.AMQPQueueType (--amqp-queue-type quorum).
+//
 // The steady scenario runs once, after the rounds: producers write at a
 // fixed rate (default half the relay/key median) in small transactions
 // while relay/key runs, and the commit→broker-ack latency of every message

@@ -45,20 +45,45 @@ const (
 	SteadyTxRateMax = 1000
 	// SteadyProducers is how many goroutines write in the steady scenario.
 	SteadyProducers = 8
+	// DynamoMessagesDefault is the backlog when the store is DynamoDB and
+	// Messages is not set: dynalite, the usual local endpoint, relays a few
+	// thousand messages a second at best, and real DynamoDB bills each
+	// request.
+	DynamoMessagesDefault = 10_000
+	// OutstandingBacklogDefault is the backlog of the dynamodb/outstanding
+	// scenario's second row (or Messages if smaller).
+	OutstandingBacklogDefault = 10_000
+	// OutstandingTopics and OutstandingShards are the ADR 0034 case the
+	// dynamodb/outstanding scenario measures: 5 topics × 20 shards.
+	OutstandingTopics = 5
+	OutstandingShards = 20
+)
+
+// AMQP queue types of Options.AMQPQueueType.
+const (
+	AMQPClassic = "classic"
+	AMQPQuorum  = "quorum"
 )
 
 // Options configures [Run]. The zero value of every field means its default.
 type Options struct {
 	// Store is a postgres:// URL of a database where the bench may create
-	// (and at the end drops) its own schemas. Empty: a throwaway PostgreSQL
-	// server is started from the local binaries for the run.
+	// (and at the end drops) its own schemas, or a dynamodb://TABLE?… URL:
+	// the bench then creates tables named TABLE_bench_<random> (and
+	// …_adr), drops them at the end, and runs only the DynamoDB scenarios.
+	// Empty: a throwaway PostgreSQL server is started from the local
+	// binaries for the run.
 	Store string
 	// Broker is a broker URL (nats://…; other schemes registered in
 	// internal/backends, without the stream checks). Empty: an embedded
 	// NATS server with JetStream file storage.
 	Broker string
+	// AMQPQueueType is the type of the queue the bench declares on an
+	// amqp:// broker: AMQPClassic (the default) or AMQPQuorum.
+	AMQPQueueType string
 
-	// Messages is the backlog of the drain scenarios.
+	// Messages is the backlog of the drain scenarios. Default
+	// MessagesDefault, or DynamoMessagesDefault with a DynamoDB store.
 	Messages int
 	// Payload is the payload size in bytes (a JSON document, so that the
 	// seeds' jsonb column takes it).
@@ -83,6 +108,10 @@ type Options struct {
 	SteadyRate int
 	// SteadyDuration is how long the steady scenario produces.
 	SteadyDuration time.Duration
+	// OutstandingBacklog is the backlog of the dynamodb/outstanding
+	// scenario's second row (default OutstandingBacklogDefault, or Messages
+	// if smaller).
+	OutstandingBacklog int
 
 	// Logger receives the relay's and the bench's logs. Default: discard.
 	Logger *slog.Logger
@@ -107,6 +136,9 @@ type Progress struct {
 
 // WithDefaults returns o with every zero field set to its default.
 func (o Options) WithDefaults() Options {
+	if IsDynamoDB(o.Store) {
+		o.Messages = cmp.Or(o.Messages, DynamoMessagesDefault)
+	}
 	o.Messages = cmp.Or(o.Messages, MessagesDefault)
 	o.Payload = cmp.Or(o.Payload, PayloadDefault)
 	o.Keys = cmp.Or(o.Keys, KeysDefault)
@@ -115,6 +147,8 @@ func (o Options) WithDefaults() Options {
 	o.Runs = cmp.Or(o.Runs, RunsDefault)
 	o.ScaleMessages = cmp.Or(o.ScaleMessages, min(ScaleMessagesDefault, o.Messages))
 	o.SteadyDuration = cmp.Or(o.SteadyDuration, SteadyDurationDefault)
+	o.OutstandingBacklog = cmp.Or(o.OutstandingBacklog, min(OutstandingBacklogDefault, o.Messages))
+	o.AMQPQueueType = cmp.Or(o.AMQPQueueType, AMQPClassic)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,6 +185,7 @@ func (o Options) Validate() error {
 		{"Workers", "workers", o.Workers, 1, WorkersMax},
 		{"Runs", "runs", o.Runs, 1, RunsMax},
 		{"ScaleMessages", "messages", o.ScaleMessages, 1, MessagesMax},
+		{"OutstandingBacklog", "messages", o.OutstandingBacklog, 1, MessagesMax},
 	}
 	for _, c := range ints {
 		if c.v < c.lo || c.v > c.hi {
@@ -163,11 +198,32 @@ func (o Options) Validate() error {
 	if o.SteadyDuration <= 0 {
 		return invalid("SteadyDuration", "steady-duration", "must be positive, got %v", o.SteadyDuration)
 	}
-	if _, err := Select(o.Scenarios); err != nil {
+	switch o.AMQPQueueType {
+	case AMQPClassic:
+	case AMQPQuorum:
+		if s := scheme(o.Broker); s != "amqp" && s != "amqps" {
+			return invalid("AMQPQueueType", "amqp-queue-type", "%q applies to amqp:// and amqps:// brokers only; the broker is %s", o.AMQPQueueType, cmp.Or(s+"://…", "the embedded NATS server"))
+		}
+	default:
+		return invalid("AMQPQueueType", "amqp-queue-type", "must be %q or %q, got %q", AMQPClassic, AMQPQuorum, o.AMQPQueueType)
+	}
+	if _, err := SelectFor(o.Store, o.Scenarios); err != nil {
 		return err
 	}
 	return nil
 }
+
+// scheme returns the scheme of a URL ("" for an empty or scheme-less one).
+func scheme(rawURL string) string {
+	s, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return ""
+	}
+	return strings.ToLower(s)
+}
+
+// IsDynamoDB reports whether store is a dynamodb:// URL.
+func IsDynamoDB(store string) bool { return scheme(store) == "dynamodb" }
 
 // Scenario names.
 const (
@@ -180,7 +236,20 @@ const (
 	// CeilingName is the derived row 1 / (1/store + 1/broker).
 	CeilingName = "ceiling/combined"
 	SteadyName  = "steady"
+
+	// DynamoRelayKeyName is relay/key on a DynamoDB store, with the
+	// requests and capacity units per message relayed.
+	DynamoRelayKeyName = "dynamodb/relay-key"
+	// DynamoOutstandingName is ADR 0034's case: finding the outstanding
+	// messages of 5 topics × 20 shards the older way (a Query per topic and
+	// shard) and ours (a parallel Scan), on an empty outbox and on a
+	// backlog.
+	DynamoOutstandingName = "dynamodb/outstanding"
 )
+
+// DynamoScenarioNames lists the scenarios that run on a DynamoDB store, in
+// run order (dynamodb/outstanding runs once, after the rounds).
+func DynamoScenarioNames() []string { return []string{DynamoRelayKeyName, DynamoOutstandingName} }
 
 // ScalingWorkers are the worker counts of the scaling scenarios, and
 // ADRRates the rates the ADR reports for them (events/s).
@@ -211,11 +280,23 @@ func ScenarioNames() []string {
 	return append(names, SteadyName)
 }
 
-// Select returns the scenario names matched by patterns (names or
-// path.Match patterns, comma-separated entries allowed), in run order. No
-// patterns select everything. A pattern that matches nothing is an error.
-func Select(patterns []string) ([]string, error) {
-	all := ScenarioNames()
+// Select returns the PostgreSQL scenario names matched by patterns (names
+// or path.Match patterns, comma-separated entries allowed), in run order.
+// No patterns select everything. A pattern that matches nothing is an
+// error.
+func Select(patterns []string) ([]string, error) { return SelectFor("", patterns) }
+
+// SelectFor is Select for the scenarios of store (a --store URL): with a
+// dynamodb:// store only DynamoScenarioNames run, and a pattern that
+// matches only PostgreSQL scenarios is an error naming --scenarios; with
+// any other store a pattern matching only DynamoDB scenarios is.
+func SelectFor(store string, patterns []string) ([]string, error) {
+	all, other := ScenarioNames(), DynamoScenarioNames()
+	kind, otherKind := "PostgreSQL", "DynamoDB"
+	if IsDynamoDB(store) {
+		all, other = other, all
+		kind, otherKind = otherKind, kind
+	}
 	var pats []string
 	for _, p := range patterns {
 		for _, q := range strings.Split(p, ",") {
@@ -239,9 +320,20 @@ func Select(patterns []string) ([]string, error) {
 				hit = true
 			}
 		}
-		if !hit {
-			return nil, invalid("Scenarios", "scenarios", "%q matches no scenario; the scenarios are %s", p, strings.Join(all, ", "))
+		if hit {
+			continue
 		}
+		var wrong []string
+		for _, n := range other {
+			if ok, _ := path.Match(p, n); ok {
+				wrong = append(wrong, n)
+			}
+		}
+		if len(wrong) > 0 {
+			return nil, invalid("Scenarios", "scenarios", "%q selects %s, which run(s) only on a %s store; with this %s store the scenarios are %s",
+				p, strings.Join(wrong, ", "), otherKind, kind, strings.Join(all, ", "))
+		}
+		return nil, invalid("Scenarios", "scenarios", "%q matches no scenario; the scenarios are %s", p, strings.Join(all, ", "))
 	}
 	return slices.DeleteFunc(all, func(n string) bool { return !chosen[n] }), nil
 }

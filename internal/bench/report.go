@@ -114,6 +114,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s := r.relayInternals(); s != "" {
 		b.WriteString(s)
 	}
+	b.WriteString(r.dynamoTables())
 
 	var scaling []*Result
 	for _, res := range r.Results {
@@ -236,7 +237,9 @@ func thousands(x float64) string {
 }
 
 // WriteJSON prints one JSON object per line: one per scenario (the derived
-// ceiling/combined included), then {"targets": […]}.
+// ceiling/combined included), then the dynamodb/outstanding comparison
+// {"scenario": "dynamodb/outstanding", "rows": […], …} if it ran, then
+// {"targets": […]}.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	for _, res := range r.Results {
@@ -245,6 +248,11 @@ func (r *Report) WriteJSON(w io.Writer) error {
 			out.Runs = []float64{}
 		}
 		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	}
+	if r.Outstanding != nil {
+		if err := enc.Encode(r.Outstanding); err != nil {
 			return err
 		}
 	}

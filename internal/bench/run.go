@@ -40,6 +40,9 @@ type Result struct {
 	Err string `json:"error,omitempty"`
 	// Details holds every run's outcome.
 	Details []RunResult `json:"details,omitempty"`
+	// DynamoDB holds the DynamoDB requests of the timed parts
+	// (dynamodb/relay-key only).
+	DynamoDB *DynamoRequests `json:"dynamodb,omitempty"`
 }
 
 // Report is the outcome of [Run].
@@ -51,7 +54,12 @@ type Report struct {
 	// both ceilings ran.
 	Results []*Result
 	Targets []Target
-	Took    time.Duration
+	// Outstanding is the dynamodb/outstanding scenario's outcome, if it
+	// ran.
+	Outstanding *OutstandingReport
+	Took        time.Duration
+
+	dynamo *dynamoNotes // set for a DynamoDB store
 }
 
 // Result returns the result of a scenario, or nil.
@@ -102,15 +110,23 @@ func scenarioTable(o Options) map[string]scenario {
 // a throwaway PostgreSQL server, without Options.Broker an embedded NATS
 // server, and says so on Options.Notices.
 //
+// With a dynamodb:// store only the DynamoDB scenarios run (Runs rounds of
+// dynamodb/relay-key, then dynamodb/outstanding once), in tables of the
+// bench's own dropped at the end; Options.Notices says so.
+//
 // The report holds what ran even when err is not nil: err joins the
 // failures of scenarios (each also in its Result.Err) or says why the run
 // stopped early (ctx ended).
 func Run(ctx context.Context, o Options) (*Report, error) {
+	messagesDefaulted := o.Messages == 0
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	names, _ := Select(o.Scenarios)
+	names, _ := SelectFor(o.Store, o.Scenarios)
+	if IsDynamoDB(o.Store) {
+		return runDynamo(ctx, o, names, messagesDefaulted)
+	}
 	began := time.Now()
 
 	dsn := o.Store
@@ -133,7 +149,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Broker == "" {
 		fmt.Fprintln(o.Notices, "bench: no --broker given: starting an embedded NATS server (JetStream, file storage)")
 	}
-	broker, err := OpenBroker(ctx, o.Broker)
+	broker, err := OpenBroker(ctx, o.Broker, o.AMQPQueueType)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +178,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	baseLog := env.Log
-	stopProgress := startProgress(o, env)
+	stopProgress := startProgress(o, &env.meter)
 	defer stopProgress()
 	var errs []error
 	for round := 1; round <= o.Runs; round++ {
@@ -278,7 +294,7 @@ func describeStore(ctx context.Context, env *Env, kind string) string {
 
 // startProgress calls o.Progress about 4 times a second until the returned
 // function is called.
-func startProgress(o Options, env *Env) func() {
+func startProgress(o Options, m *meter) func() {
 	if o.Progress == nil {
 		return func() {}
 	}
@@ -293,7 +309,7 @@ func startProgress(o Options, env *Env) func() {
 				return
 			case <-t.C:
 			}
-			if p, ok := env.meter.progress(); ok {
+			if p, ok := m.progress(); ok {
 				o.Progress(p)
 			}
 		}

@@ -41,16 +41,37 @@ figures, then the issue's targets with ✓/✗.
 Without --store a throwaway PostgreSQL server is started from the local
 binaries; without --broker an embedded NATS server (JetStream, file storage).
 With --store the bench works in schemas of its own (outbox_bench_*), dropped
-at the end.`,
+at the end.
+
+With --store dynamodb://TABLE?endpoint=…&region=… only the DynamoDB scenarios
+run (the ones above are PostgreSQL-only; selecting one is a usage error):
+  dynamodb/relay-key    our relay (ordering key, --workers, --batch) drains a
+                        prefilled backlog; msgs/s, and DynamoDB requests and
+                        capacity units per message relayed, per operation
+  dynamodb/outstanding  ADR 0034's case: find the outstanding messages of
+                        5 topics × 20 shards the older way (a Query per topic
+                        and shard: 100 requests) and ours (a parallel Scan of
+                        scan_concurrency segments), on an empty outbox and on
+                        a backlog of 10,000 (or --messages if smaller)
+The backlog defaults to 10,000 with DynamoDB (dynalite is slow): set
+--messages for another. The bench creates tables TABLE_bench_<random> and
+TABLE_bench_<random>_adr, and drops them at the end.
+
+On RabbitMQ (--broker amqp://…) the bench declares a durable queue of its own
+bound to the exchange: classic by default, a quorum queue with
+--amqp-queue-type quorum.`,
 		Example: `  outbox bench
   outbox bench --scenarios 'relay/*' --messages 50000 --runs 1
-  outbox bench --store postgres://postgres@localhost:5432/bench --broker nats://localhost:4222 --json`,
+  outbox bench --store postgres://postgres@localhost:5432/bench --broker nats://localhost:4222 --json
+  outbox bench --store 'dynamodb://bench?endpoint=http://127.0.0.1:8000&region=us-east-1' --runs 1
+  outbox bench --broker amqp://guest:guest@localhost:5672/ --amqp-queue-type quorum --scenarios 'relay/*'`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.Store, "store", "", "postgres:// URL of a database the bench may create schemas in (default: a throwaway server)")
+	fs.StringVar(&o.Store, "store", "", "postgres:// URL of a database the bench may create schemas in, or dynamodb://TABLE?endpoint=…&region=… (default: a throwaway PostgreSQL server)")
 	fs.StringVar(&o.Broker, "broker", "", "broker URL, such as "+brokerExample+" (default: an embedded NATS server)")
-	fs.IntVar(&o.Messages, "messages", bench.MessagesDefault, "backlog of each drain scenario")
+	fs.StringVar(&o.AMQPQueueType, "amqp-queue-type", bench.AMQPClassic, "type of the bench's queue on an amqp:// broker: classic or quorum")
+	fs.IntVar(&o.Messages, "messages", bench.MessagesDefault, fmt.Sprintf("backlog of each drain scenario (%d with a dynamodb:// store unless given)", bench.DynamoMessagesDefault))
 	fs.IntVar(&o.Payload, "payload", bench.PayloadDefault, "payload size in bytes (a JSON document)")
 	fs.IntVar(&o.Keys, "keys", bench.KeysDefault, "distinct message keys")
 	fs.IntVar(&o.Batch, "batch", outbox.BatchSizeDefault, "our relay's batch size (the seeds use the article's 1,000)")
@@ -68,6 +89,9 @@ at the end.`,
 		o.Notices = a.env.Stderr
 		if err := a.checkBench(o); err != nil {
 			return err
+		}
+		if bench.IsDynamoDB(o.Store) && !cmd.Flags().Changed("messages") {
+			o.Messages = 0 // Run picks DynamoMessagesDefault and says so
 		}
 		if cpuProfile != "" {
 			f, err := os.Create(cpuProfile)
@@ -132,8 +156,8 @@ func (a *app) checkBench(o bench.Options) error {
 		if err := backends.CheckStoreURL(o.Store, backends.StoreOptions{}); err != nil {
 			return err
 		}
-		if s := storeScheme(o.Store); s != "postgres" && s != "postgresql" {
-			return usagef("%s: the bench runs on postgres:// (or, with no --store, a throwaway PostgreSQL); got a %s URL", a.flagRef("store"), s)
+		if s := storeScheme(o.Store); s != "postgres" && s != "postgresql" && s != "dynamodb" {
+			return usagef("%s: the bench runs on postgres:// or dynamodb:// (or, with no --store, a throwaway PostgreSQL); got a %s URL", a.flagRef("store"), s)
 		}
 	}
 	if o.Broker != "" {
