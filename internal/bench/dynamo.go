@@ -92,12 +92,9 @@ const prefillWriters = 8
 // TABLE_bench_<random> (Migrate: on-demand billing, waits until ACTIVE).
 // Close drops the tables.
 func newDynamoEnv(ctx context.Context, o Options, broker *Broker, m *meter) (*dynamoEnv, error) {
-	opts, err := dynamodb.ParseURL(o.Store)
+	opts, err := dynamodb.ParseURL(o.Store) // checked by Validate
 	if err != nil {
 		return nil, invalid("Store", "store", "%v", err)
-	}
-	if len(opts.Table)+dynamoSuffixMax > 255 {
-		return nil, invalid("Store", "store", "table name %q is too long: the bench appends up to %d characters (_bench_<random>_adr) and DynamoDB allows 255; use a shorter name", opts.Table, dynamoSuffixMax)
 	}
 	log := o.Logger
 	if !log.Enabled(ctx, slog.LevelDebug) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/store/dynamodb"
 )
 
 // Defaults and limits of [Options].
@@ -202,10 +203,23 @@ func (o Options) Validate() error {
 	case AMQPClassic:
 	case AMQPQuorum:
 		if s := scheme(o.Broker); s != "amqp" && s != "amqps" {
-			return invalid("AMQPQueueType", "amqp-queue-type", "%q applies to amqp:// and amqps:// brokers only; the broker is %s", o.AMQPQueueType, cmp.Or(s+"://…", "the embedded NATS server"))
+			broker := "the embedded NATS server"
+			if s != "" {
+				broker = "a " + s + ":// URL"
+			}
+			return invalid("AMQPQueueType", "amqp-queue-type", "%q applies to amqp:// and amqps:// brokers only; the broker is %s", o.AMQPQueueType, broker)
 		}
 	default:
 		return invalid("AMQPQueueType", "amqp-queue-type", "must be %q or %q, got %q", AMQPClassic, AMQPQuorum, o.AMQPQueueType)
+	}
+	if IsDynamoDB(o.Store) {
+		d, err := dynamodb.ParseURL(o.Store)
+		if err != nil {
+			return invalid("Store", "store", "%v", err)
+		}
+		if len(d.Table)+dynamoSuffixMax > 255 {
+			return invalid("Store", "store", "table name %q is too long: the bench appends up to %d characters (_bench_<random>_adr) and DynamoDB allows 255; use a shorter name", d.Table, dynamoSuffixMax)
+		}
 	}
 	if _, err := SelectFor(o.Store, o.Scenarios); err != nil {
 		return err
