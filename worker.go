@@ -31,11 +31,12 @@ type worker struct {
 	results  chan publishResult
 	settle   map[int]*Settlement // per partition, waiting to be written
 	settleN  int
-	// The settler goroutine writes one batch of settlements at a time, so
-	// the worker publishes on while the store deletes.
+	// A fetch runs beside the publishing; its result comes on fetchedCh.
 	fetching  bool // a fetch is in flight
 	fetchedCh chan fetchResult
 
+	// The settler goroutine writes one batch of settlements at a time, so
+	// the worker publishes on while the store deletes.
 	settleJobs  chan []Settlement
 	settleDone  chan settleResult
 	settlerBusy bool
