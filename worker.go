@@ -411,8 +411,8 @@ func (w *worker) fetched(res fetchResult) {
 }
 
 // shouldSweep reports whether it is time to look below the cursors for
-// records that committed late: every SweepInterval, and whenever the
-// worker is caught up and idle (cheap then: little sits below the cursors).
+// records that committed late: every SweepInterval (stores that bill per
+// request, like DynamoDB, pay for every sweep, so there are no extra ones).
 func (w *worker) shouldSweep(now time.Time) bool {
 	if len(w.parts) == 0 {
 		return false
@@ -425,19 +425,7 @@ func (w *worker) shouldSweep(now time.Time) bool {
 		// Marks already return late commits; the sweep is a safety net.
 		return since >= max(w.r.cfg.SweepInterval, markedSweepInterval)
 	}
-	if since >= w.r.cfg.SweepInterval {
-		return true
-	}
-	if since < w.r.cfg.SweepInterval/10 {
-		return false
-	}
-	for _, ps := range w.parts {
-		if !ps.caughtUp || ps.cursor == 0 {
-			continue
-		}
-		return true
-	}
-	return false
+	return since >= w.r.cfg.SweepInterval
 }
 
 // sweep finds unpublished records below the cursors that the worker has
