@@ -308,15 +308,24 @@ func validateName(field, name string) error {
 
 // URL query parameters of ParseURL, and the Options field each sets.
 var urlParams = map[string]func(o *Options, v string) error{
-	"endpoint":                     func(o *Options, v string) error { o.Endpoint = v; return nil },
-	"region":                       func(o *Options, v string) error { o.Region = v; return nil },
-	"shards":                       intParam(func(o *Options) *int { return &o.Shards }),
-	"scan_concurrency":             intParam(func(o *Options) *int { return &o.ScanConcurrency }),
-	"page_size":                    intParam(func(o *Options) *int { return &o.PageSize }),
-	"max_outstanding":              intParam(func(o *Options) *int { return &o.MaxOutstanding }),
-	"max_payload":                  intParam(func(o *Options) *int { return &o.MaxPayload }),
-	"concurrency":                  intParam(func(o *Options) *int { return &o.Concurrency }),
-	"retention":                    durationParam(func(o *Options) *time.Duration { return &o.Retention }),
+	"endpoint":         func(o *Options, v string) error { o.Endpoint = v; return nil },
+	"region":           func(o *Options, v string) error { o.Region = v; return nil },
+	"shards":           intParam(func(o *Options) *int { return &o.Shards }),
+	"scan_concurrency": intParam(func(o *Options) *int { return &o.ScanConcurrency }),
+	"page_size":        intParam(func(o *Options) *int { return &o.PageSize }),
+	"max_outstanding":  intParam(func(o *Options) *int { return &o.MaxOutstanding }),
+	"max_payload":      intParam(func(o *Options) *int { return &o.MaxPayload }),
+	"concurrency":      intParam(func(o *Options) *int { return &o.Concurrency }),
+	"retention":        durationParam(func(o *Options) *time.Duration { return &o.Retention }),
+	"fetch_delay": func(o *Options, v string) error {
+		if err := durationParam(func(o *Options) *time.Duration { return &o.FetchDelay })(o, v); err != nil {
+			return err
+		}
+		if o.FetchDelay == 0 {
+			o.FetchDelay = FetchDelayNone // 0 would mean "the default"
+		}
+		return nil
+	},
 	"outstanding_index":            func(o *Options, v string) error { o.Indexes.Outstanding = v; return nil },
 	"delivered_index":              func(o *Options, v string) error { o.Indexes.Delivered = v; return nil },
 	"outstanding_all_topics_index": func(o *Options, v string) error { o.Indexes.OutstandingAllTopics = v; return nil },

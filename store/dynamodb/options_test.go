@@ -27,6 +27,11 @@ func TestParseURL(t *testing.T) {
 		o.Retention != want.Retention || o.Indexes != want.Indexes {
 		t.Fatalf("ParseURL = %+v, want %+v", o, want)
 	}
+	for raw, want := range map[string]time.Duration{"dynamodb://t?fetch_delay=250ms": 250 * time.Millisecond, "dynamodb://t?fetch_delay=0": FetchDelayNone} {
+		if o, err := ParseURL(raw); err != nil || o.FetchDelay != want {
+			t.Errorf("ParseURL(%q).FetchDelay = %v, %v; want %v", raw, o.FetchDelay, err, want)
+		}
+	}
 	for _, tc := range []struct{ url, want string }{
 		{"postgres://x", "must start with dynamodb://"},
 		{"dynamodb://", "names no table"},
