@@ -140,9 +140,13 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 }
 
 // Unsettled queries the Shard index of each cursor's partition for every
-// entry with OutstandingSeq ≤ After and confirms them with a consistent
-// BatchGetItem (MessageId, Shard and OutstandingSeq only), so that entries
-// the index still shows for settled messages are not reported.
+// entry with OutstandingSeq ≤ After. It reads the index only (keys): the
+// relay asks for this every sweep, and entries below its cursors are mostly
+// records it holds, so confirming each with a consistent read cost about
+// five read units per message relayed. An entry the (eventually
+// consistent) index still shows for a record settled a moment ago may be
+// reported; the relay fetches what it does not know with Fetch, which
+// confirms with a consistent read before returning anything.
 func (s *Store) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbox.RecordRef, error) {
 	refs := make([][]shardRef, len(cursors))
 	err := parallel(ctx, len(cursors), s.opts.Concurrency, func(ctx context.Context, i int) error {
@@ -153,36 +157,14 @@ func (s *Store) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbo
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, rs := range refs {
-		for _, r := range rs {
-			ids = append(ids, r.id)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	items, err := s.batchGet(ctx, ids, true, &projection{
-		expr:  "#id, #shard, #seq",
-		names: map[string]string{"#id": attrID, "#shard": attrShard, "#seq": attrOutstandingSeq},
-	})
-	if err != nil {
-		return nil, err
-	}
 	var out []outbox.RecordRef
 	for i, c := range cursors {
 		start := len(out)
 		for _, r := range refs[i] {
-			item, ok := items[r.id]
-			if !ok {
+			if r.seq > c.After {
 				continue
 			}
-			seq, ok := getN(item, attrOutstandingSeq)
-			shard, _ := getN(item, attrShard)
-			if !ok || seq > c.After || int(shard) != c.Partition {
-				continue
-			}
-			out = append(out, outbox.RecordRef{ID: r.id, Partition: c.Partition, Seq: seq})
+			out = append(out, outbox.RecordRef{ID: r.id, Partition: c.Partition, Seq: r.seq})
 		}
 		slices.SortFunc(out[start:], func(a, b outbox.RecordRef) int {
 			return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.ID, b.ID))
