@@ -156,8 +156,14 @@ func LeaseTakeover(t *testing.T, h Harness) {
 	// The lease bound: a takeover before the lease could expire would be a
 	// fencing bug; one long after it, a lease that was never given up.
 	// (Generous: a loaded CI machine delays heartbeats.)
-	if took := time.Since(start); took > 3*cfg.LeaseTTL {
+	took := time.Since(start)
+	if took > 3*cfg.LeaseTTL {
 		t.Errorf("takeover took %v; the lease TTL is %v", took, cfg.LeaseTTL)
+	}
+	// a renewed at most one heartbeat before the cut, so its leases ran at
+	// least TTL - heartbeat after it: b must not have had them sooner.
+	if took < cfg.LeaseTTL-2*cfg.HeartbeatInterval {
+		t.Errorf("b took the partitions %v after a stopped heartbeating, before a's lease (TTL %v) could expire", took, cfg.LeaseTTL)
 	}
 	WaitFor(t, "b to publish and settle the message", 10*time.Second, func() bool { return h.Outstanding() == 0 })
 	if ids := fast.IDs(); len(ids) != 1 || ids[0] != msg.ID {
