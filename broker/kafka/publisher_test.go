@@ -82,7 +82,9 @@ func TestMissingTopicIsFast(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	errs := p.Publish(ctx, []*outbox.Message{newMessage("absent", "k", "x"), newMessage("present", "k", "y"), newMessage("absent", "j", "z")})
-	if elapsed := time.Since(start); elapsed > 2*time.Second {
+	// Bounded well below the 30 s delivery timeout it must not wait for
+	// (generous: CI machines are loaded).
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
 		t.Errorf("Publish took %v to report a missing topic", elapsed)
 	}
 	for _, i := range []int{0, 2} {
@@ -136,7 +138,7 @@ func TestDeletedTopic(t *testing.T) {
 	// The next batch is refused at once: the cache entry is gone.
 	start = time.Now()
 	err = p.Publish(ctx, []*outbox.Message{newMessage("doomed", "k", "3")})[0]
-	if !outbox.IsPermanent(err) || time.Since(start) > 2*time.Second {
+	if !outbox.IsPermanent(err) || time.Since(start) > 10*time.Second {
 		t.Fatalf("second publish to a deleted topic: got %v after %v; want a permanent error at once", err, time.Since(start))
 	}
 }
