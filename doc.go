@@ -38,9 +38,13 @@
 // every settlement is fenced by the epoch: a relay that lost its lease
 // cannot change the outbox. Record.Seq is insert order; it equals commit
 // order for one key whenever the writers of that key are serialised, as
-// they are when they update the same aggregate row. Records that commit
-// after records with a higher Seq were fetched are found by a sweep below
-// the cursor and published then. Messages without a key have no order.
+// they are when they update the same aggregate row. A record can commit
+// after records with a higher Seq were fetched (a PostgreSQL sequence hands
+// out numbers at insert): stores that allow this return such records on
+// the next fetch through a mark ([MarkedFetcher]: PostgreSQL uses the
+// previous fetch's snapshot), ahead of any later record of their key; a
+// periodic sweep below the cursors is the safety net for stores without
+// marks. Messages without a key have no order.
 //
 // [OrderingNone] is the seeds' design: any worker claims any due records
 // with FOR UPDATE SKIP LOCKED and holds the transaction across the broker
