@@ -122,16 +122,8 @@ func check(t *testing.T, written map[string][]string, got []outbox.Message) int 
 	return dups
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling a condition, not synchronising
-	}
-}
+// waitFor polls a condition with a deadline.
+var waitFor = relaytest.WaitFor
 
 func fastConfig() outbox.Config {
 	return outbox.Config{

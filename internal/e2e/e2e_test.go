@@ -159,16 +159,8 @@ func outstanding(t *testing.T, e *env) int64 {
 	return s.Outstanding
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
-	}
-}
+// waitFor polls a condition with a deadline.
+var waitFor = relaytest.WaitFor
 
 // readStream feeds every message of the stream, in stream order, to the
 // checker and returns how many it read.
