@@ -11,6 +11,10 @@ import (
 // records into when it has several publish slots free.
 const minSplitBatch = 16
 
+// settleGather is how long a worker may hold settlements to write them in
+// one statement with those of the publishes still in flight.
+const settleGather = 5 * time.Millisecond
+
 // markedSweepInterval is the least time between sweeps with a store that
 // implements MarkedFetcher, whose fetches already return late commits.
 const markedSweepInterval = 30 * time.Second
@@ -37,6 +41,8 @@ type worker struct {
 
 	// The settler goroutine writes one batch of settlements at a time, so
 	// the worker publishes on while the store deletes.
+	settleSince time.Time // when the oldest queued settlement came
+	stopping    bool      // shutting down: settle at once
 	settleJobs  chan []Settlement
 	settleDone  chan settleResult
 	settlerBusy bool
@@ -148,6 +154,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		t.Stop()
 	}
 	// Shutdown: wait for what is in flight, then settle it.
+	w.stopping = true
 	for w.inflight > 0 || w.settlerBusy || w.settleN > 0 || w.fetching {
 		w.startSettle()
 		select {
@@ -168,6 +175,12 @@ func (w *worker) startSettle() {
 	if w.settlerBusy || w.settleN == 0 {
 		return
 	}
+	// Gather a batch's worth while publishes are still coming back (fewer,
+	// larger statements), but never hold settlements longer than
+	// settleGather.
+	if w.settleN < w.r.cfg.BatchSize && w.inflight > 0 && time.Since(w.settleSince) < settleGather && !w.stopping {
+		return
+	}
 	batch := make([]Settlement, 0, len(w.settle))
 	for _, s := range w.settle {
 		if !s.Empty() {
@@ -176,6 +189,7 @@ func (w *worker) startSettle() {
 	}
 	clear(w.settle)
 	w.settleN = 0
+	w.settleSince = time.Time{}
 	w.settlerBusy = true
 	w.settleJobs <- batch
 }
@@ -221,6 +235,9 @@ func (w *worker) settler(killCtx context.Context) {
 // nextWake is how long an idle worker may sleep.
 func (w *worker) nextWake(now time.Time) time.Duration {
 	d := w.r.cfg.PollInterval
+	if w.settleN > 0 && !w.settlerBusy {
+		d = min(d, max(0, w.settleSince.Add(settleGather).Sub(now)))
+	}
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
 	}
@@ -574,6 +591,9 @@ func (w *worker) handle(res publishResult) {
 			s.Retry = slices.DeleteFunc(s.Retry, func(f Failure) bool { return f.ID == rec.ID })
 		}
 		outcomes[i] = w.r.outcome(rec, res.errs[i], now, s)
+		if w.settleN == 0 {
+			w.settleSince = time.Now()
+		}
 		w.settleN++
 		ps.settling[rec.ID] = true
 		if outcomes[i] == outcomeRetry {
