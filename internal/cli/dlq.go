@@ -159,22 +159,9 @@ func newDLQRequeueCommand(a *app, f *dlqFlags) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		ctx, cancel, err := a.withTimeout(ctx, f.timeout)
-		if err != nil {
-			return err
-		}
-		defer cancel()
-		s, d, err := a.openDLQ(ctx, f)
-		if err != nil {
-			return err
-		}
-		defer a.closeStore(s)
-		n, err := d.Requeue(ctx, flt)
-		if err != nil {
-			return fmt.Errorf("requeue dead letters: %w", err)
-		}
-		a.log.Info("requeued dead letters", "count", n)
-		return writeCount(a.env.Stdout, f.asJSON, "requeued", n)
+		return a.dlqAction(ctx, f, "requeued", func(ctx context.Context, d outbox.DeadLetterStore) (int64, error) {
+			return d.Requeue(ctx, flt)
+		})
 	})
 	return cmd
 }
@@ -195,24 +182,32 @@ func newDLQPurgeCommand(a *app, f *dlqFlags) *cobra.Command {
 		if !given && !yes {
 			return usagef("without --topic, --id or --older-than, purge deletes every dead letter: add --yes to confirm, or give a filter")
 		}
-		ctx, cancel, err := a.withTimeout(ctx, f.timeout)
-		if err != nil {
-			return err
-		}
-		defer cancel()
-		s, d, err := a.openDLQ(ctx, f)
-		if err != nil {
-			return err
-		}
-		defer a.closeStore(s)
-		n, err := d.PurgeDeadLetters(ctx, flt)
-		if err != nil {
-			return fmt.Errorf("purge dead letters: %w", err)
-		}
-		a.log.Info("purged dead letters", "count", n)
-		return writeCount(a.env.Stdout, f.asJSON, "purged", n)
+		return a.dlqAction(ctx, f, "purged", func(ctx context.Context, d outbox.DeadLetterStore) (int64, error) {
+			return d.PurgeDeadLetters(ctx, flt)
+		})
 	})
 	return cmd
+}
+
+// dlqAction opens the store, runs op on its dead letters within --timeout,
+// logs and prints how many were affected ("requeued", "purged").
+func (a *app) dlqAction(ctx context.Context, f *dlqFlags, verb string, op func(context.Context, outbox.DeadLetterStore) (int64, error)) error {
+	ctx, cancel, err := a.withTimeout(ctx, f.timeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	s, d, err := a.openDLQ(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer a.closeStore(s)
+	n, err := op(ctx, d)
+	if err != nil {
+		return fmt.Errorf("%s dead letters: %w", strings.TrimSuffix(verb, "d"), err)
+	}
+	a.log.Info(verb+" dead letters", "count", n)
+	return writeCount(a.env.Stdout, f.asJSON, verb, n)
 }
 
 func writeCount(w io.Writer, asJSON bool, verb string, n int64) error {
