@@ -45,7 +45,7 @@ type Broker struct {
 // NewPublisher returns a new publisher; the caller closes it.
 func (b *Broker) NewPublisher(ctx context.Context) (outbox.Publisher, error) { return b.open(ctx) }
 
-// Reset empties the destination (purges the stream) before a run; a no-op
+// Reset empties the destination (a new stream) before a run; a no-op
 // when the broker cannot.
 func (b *Broker) Reset(ctx context.Context) error {
 	if b.reset == nil {
@@ -144,12 +144,13 @@ func openNATS(ctx context.Context, url, name string) (*Broker, error) {
 		nc.Close()
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:       stream,
 		Subjects:   []string{prefix + ">"},
 		Storage:    jetstream.FileStorage,
 		Duplicates: duplicateWindow,
-	})
+	}
+	st, err := js.CreateStream(ctx, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("bench: create stream %s: %w", stream, err)
@@ -162,9 +163,16 @@ func openNATS(ctx context.Context, url, name string) (*Broker, error) {
 			}
 			return backends.OpenPublisher(ctx, url, backends.BrokerOptions{SubjectPrefix: prefix})
 		},
+		// A purge keeps the stream's deduplication map (every message ID of
+		// the last two minutes), which would grow from run to run and slow
+		// the later ones down: each run gets a new stream instead, as each
+		// gets a truncated table.
 		reset: func(ctx context.Context) error {
-			if err := st.Purge(ctx); err != nil {
-				return fmt.Errorf("bench: purge stream %s: %w", stream, err)
+			if err := js.DeleteStream(ctx, stream); err != nil {
+				return fmt.Errorf("bench: delete stream %s: %w", stream, err)
+			}
+			if st, err = js.CreateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("bench: create stream %s: %w", stream, err)
 			}
 			return nil
 		},
