@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -39,6 +40,7 @@ func TestRunEveryScenario(t *testing.T) {
 		Runs:           1,
 		SteadyRate:     400,
 		SteadyDuration: time.Second,
+		SteadyWarmup:   250 * time.Millisecond,
 		Notices:        &notices,
 		Progress:       func(Progress) { progress++ },
 	})
@@ -85,8 +87,11 @@ func TestRunEveryScenario(t *testing.T) {
 	if st == nil || st.Latency == nil {
 		t.Fatalf("no steady latency in the report")
 	}
-	if l := st.Latency; l.Messages != st.Messages || l.Messages == 0 || !(l.P99 >= l.P50) || !(l.Max >= l.P99) {
-		t.Errorf("steady latency %+v for %d messages: want every message measured and p50 <= p99 <= max", *l, st.Messages)
+	if l := st.Latency; l.Messages+l.WarmupMessages != st.Messages || l.Messages == 0 || l.WarmupMessages == 0 || !(l.P99 >= l.P50) || !(l.Max >= l.P99) {
+		t.Errorf("steady latency %+v for %d messages: want every message either measured or in the warm-up, some of each, and p50 <= p99 <= max", *l, st.Messages)
+	}
+	if l := st.Latency; runtime.GOOS == "linux" && !(l.CPUBusy > 0 && l.CPUBusy <= 100) {
+		t.Errorf("steady: CPU busy %v%%, want a share of the machine's CPU time (0, 100]", l.CPUBusy)
 	}
 	for _, tg := range rep.Targets {
 		if !tg.Measured {

@@ -38,6 +38,9 @@ const (
 	// size of the ADR's runs.
 	ScaleMessagesDefault  = 10_000
 	SteadyDurationDefault = 10 * time.Second
+	// SteadyWarmupDefault is the `outbox bench` default of
+	// Options.SteadyWarmup.
+	SteadyWarmupDefault = time.Second
 	// SteadyLoadDefault is the share of the measured relay/key rate the
 	// steady scenario produces at when no rate is given.
 	SteadyLoadDefault = 0.5
@@ -107,8 +110,14 @@ type Options struct {
 	// second; 0 means SteadyLoadDefault × the relay/key median (relay/key
 	// is measured once first if it is not selected).
 	SteadyRate int
-	// SteadyDuration is how long the steady scenario produces.
+	// SteadyDuration is how long the steady scenario produces and measures.
 	SteadyDuration time.Duration
+	// SteadyWarmup is how long the steady scenario produces at the rate
+	// before SteadyDuration starts: those messages are relayed and checked
+	// but left out of the latency distribution, which so leaves out the
+	// start-up (connections being opened, the first plans, the first
+	// stream blocks). Zero means none.
+	SteadyWarmup time.Duration
 	// OutstandingBacklog is the backlog of the dynamodb/outstanding
 	// scenario's second row (default OutstandingBacklogDefault, or Messages
 	// if smaller).
@@ -198,6 +207,9 @@ func (o Options) Validate() error {
 	}
 	if o.SteadyDuration <= 0 {
 		return invalid("SteadyDuration", "steady-duration", "must be positive, got %v", o.SteadyDuration)
+	}
+	if o.SteadyWarmup < 0 {
+		return invalid("SteadyWarmup", "steady-warmup", "must be 0 (none) or positive, got %v", o.SteadyWarmup)
 	}
 	switch o.AMQPQueueType {
 	case AMQPClassic:

@@ -145,8 +145,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if s.Err != "" {
 			failures = append(failures, s.Scenario+": "+s.Err)
 		} else if l := s.Latency; l != nil {
-			fmt.Fprintf(&b, "\nsteady state: relay/key, %d workers, batch %d, producing %s msgs/s for %.0fs in transactions of %d message(s)\n",
-				s.Workers, s.Batch, thousands(l.Rate), l.Seconds, l.PerTx)
+			warm := ""
+			if l.WarmupSeconds > 0 {
+				warm = fmt.Sprintf(" after a %gs warm-up (%s messages, not measured)", l.WarmupSeconds, thousands(float64(l.WarmupMessages)))
+			}
+			fmt.Fprintf(&b, "\nsteady state: relay/key, %d workers, batch %d, producing %s msgs/s for %.0fs%s, in transactions of %d message(s)\n",
+				s.Workers, s.Batch, thousands(l.Rate), l.Seconds, warm, l.PerTx)
 			b.WriteString("commit→ack: from the producer's Commit returning to the relay's Publish call returning with the broker's ack\n")
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "TARGET MSGS/S\tACHIEVED\tMESSAGES\tP50 MS\tP95 MS\tP99 MS\tMAX MS")
@@ -154,6 +158,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 				l.P50, l.P95, l.P99, l.Max)
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if l.CPUBusy >= 0 {
+				fmt.Fprintf(&b, "machine CPU busy while measuring: %.0f%% of %d CPUs (every process: the database, the broker, the producers, the relay)\n", l.CPUBusy, l.CPUs)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -24,33 +25,47 @@ type Latency struct {
 	Rate     float64 `json:"rate_msgs_per_sec"`
 	Achieved float64 `json:"achieved_msgs_per_sec"`
 	// PerTx is the messages per producer transaction.
-	PerTx    int     `json:"messages_per_tx"`
+	PerTx int `json:"messages_per_tx"`
+	// Seconds is the measured time, after the warm-up; Messages the
+	// messages committed in it, whose latencies make the distribution.
 	Seconds  float64 `json:"seconds"`
 	Messages int     `json:"messages"`
-	P50      float64 `json:"p50_ms"`
-	P95      float64 `json:"p95_ms"`
-	P99      float64 `json:"p99_ms"`
-	Max      float64 `json:"max_ms"`
+	// WarmupSeconds and WarmupMessages are the warm-up before it: those
+	// messages were relayed and checked but are not in the distribution.
+	WarmupSeconds  float64 `json:"warmup_seconds"`
+	WarmupMessages int     `json:"warmup_messages"`
+	// CPUBusy is the share of the machine's CPU time (all cores, every
+	// process) that was not idle during the measured time, in percent;
+	// -1 where the system does not tell (it is read from /proc/stat).
+	CPUBusy float64 `json:"cpu_busy_pct"`
+	// CPUs is the number of CPUs CPUBusy is a share of.
+	CPUs int     `json:"cpus"`
+	P50  float64 `json:"p50_ms"`
+	P95  float64 `json:"p95_ms"`
+	P99  float64 `json:"p99_ms"`
+	Max  float64 `json:"max_ms"`
 }
 
 // readyTimeout bounds the wait for a relay to become ready.
 const readyTimeout = 30 * time.Second
 
 // Steady runs relay/key (k.Workers, k.Batch) on an empty outbox while
-// SteadyProducers goroutines write rate messages per second for d, in
-// transactions of ceil(rate / SteadyTxRateMax) messages, paced by a
-// schedule (open loop: a late producer does not wait, it catches up). It
-// records, per message, the time its transaction's Commit returned and the
-// time the relay's Publish call carrying it returned with no error for it
-// (a wrapping publisher), and returns the distribution of the difference
-// over every message, once all are acknowledged and the outbox is empty.
-func Steady(ctx context.Context, env *Env, k Knobs, rate int, d time.Duration) (*Latency, RunResult, error) {
+// SteadyProducers goroutines write rate messages per second for warmup
+// and then d, in transactions of ceil(rate / SteadyTxRateMax) messages,
+// paced by a schedule (open loop: a late producer does not wait, it
+// catches up). It records, per message, the time its transaction's Commit
+// returned and the time the relay's Publish call carrying it returned with
+// no error for it (a wrapping publisher), and returns the distribution of
+// the difference over every message committed after the warm-up, once all
+// messages are acknowledged and the outbox is empty. It also reads how
+// busy the machine's CPUs were after the warm-up, while producing.
+func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
 	if rate <= 0 {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
 	}
 	perTx := (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
 	txRate := float64(rate) / float64(perTx)
-	txs := max(1, int(txRate*d.Seconds()))
+	txs := max(1, int(txRate*(warmup+d).Seconds()))
 	interval := time.Duration(float64(time.Second) / txRate)
 	n := txs * perTx
 
@@ -98,6 +113,10 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, d time.Duration) (
 	env.meter.setPhase("producing")
 	var next, seq atomic.Int64
 	start := time.Now()
+	lat.setFrom(start.Add(warmup))
+	cpu := &cpuWindow{}
+	measuring := time.AfterFunc(warmup, cpu.begin)
+	defer measuring.Stop()
 	g, gctx := errgroup.WithContext(ctx)
 	for range SteadyProducers {
 		g.Go(func() error {
@@ -134,6 +153,8 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, d time.Duration) (
 		return nil, RunResult{}, err
 	}
 	produced := time.Since(start)
+	measuring.Stop()
+	busy := cpu.end()
 	env.meter.setPhase("draining")
 	err = pollUntil(ctx, "steady: wait for the acknowledgements", func() (bool, int64, error) {
 		acked := lat.count()
@@ -163,7 +184,10 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, d time.Duration) (
 	l.Rate = float64(rate)
 	l.Achieved = float64(n) / produced.Seconds()
 	l.PerTx = perTx
-	l.Seconds = produced.Seconds()
+	l.WarmupSeconds = min(warmup, produced).Seconds()
+	l.Seconds = produced.Seconds() - l.WarmupSeconds
+	l.CPUBusy = busy
+	l.CPUs = runtime.NumCPU()
 	return l, r, nil
 }
 
@@ -193,7 +217,7 @@ func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report) (
 		r   RunResult
 		err error
 	)
-	pprof.Do(ctx, pprof.Labels("scenario", SteadyName), func(ctx context.Context) { l, r, err = Steady(ctx, env, k, rate, o.SteadyDuration) })
+	pprof.Do(ctx, pprof.Labels("scenario", SteadyName), func(ctx context.Context) { l, r, err = Steady(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
 	if err != nil {
 		res.Err = err.Error()
 		return res, err
@@ -240,6 +264,8 @@ func (a *ackRecorder) Publish(ctx context.Context, msgs []*outbox.Message) []err
 // the producer's goroutine records the commit.
 type latencies struct {
 	mu        sync.Mutex
+	from      time.Time // commits before it are the warm-up's
+	warm      int       // warm-up messages acknowledged
 	commits   map[string]time.Time
 	early     map[string]time.Time // acknowledged before the commit was recorded
 	done      map[string]bool
@@ -256,13 +282,20 @@ func newLatencies(n int) *latencies {
 	}
 }
 
+// setFrom sets the end of the warm-up.
+func (l *latencies) setFrom(t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.from = t
+}
+
 func (l *latencies) committed(ids []string, t time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, id := range ids {
 		if a, ok := l.early[id]; ok {
 			delete(l.early, id)
-			l.add(id, max(0, a.Sub(t)))
+			l.add(id, t, max(0, a.Sub(t)))
 			continue
 		}
 		l.commits[id] = t
@@ -278,7 +311,7 @@ func (l *latencies) acked(ids []string, t time.Time) {
 		}
 		if c, ok := l.commits[id]; ok {
 			delete(l.commits, id)
-			l.add(id, t.Sub(c))
+			l.add(id, c, t.Sub(c))
 			continue
 		}
 		if _, ok := l.early[id]; !ok {
@@ -287,9 +320,14 @@ func (l *latencies) acked(ids []string, t time.Time) {
 	}
 }
 
-func (l *latencies) add(id string, d time.Duration) {
+// add records the latency d of message id, committed at c.
+func (l *latencies) add(id string, c time.Time, d time.Duration) {
 	l.done[id] = true
-	l.samples = append(l.samples, d)
+	if c.Before(l.from) {
+		l.warm++
+	} else {
+		l.samples = append(l.samples, d)
+	}
 	l.doneCount.Add(1)
 }
 
@@ -299,6 +337,7 @@ func (l *latencies) count() int64 { return l.doneCount.Load() }
 func (l *latencies) summary() *Latency {
 	l.mu.Lock()
 	s := slices.Clone(l.samples)
+	warm := l.warm
 	l.mu.Unlock()
 	slices.Sort(s)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -309,7 +348,7 @@ func (l *latencies) summary() *Latency {
 		i := int(math.Ceil(p*float64(len(s)))) - 1
 		return ms(s[max(0, min(i, len(s)-1))])
 	}
-	out := &Latency{Messages: len(s), P50: pct(0.50), P95: pct(0.95), P99: pct(0.99)}
+	out := &Latency{Messages: len(s), WarmupMessages: warm, P50: pct(0.50), P95: pct(0.95), P99: pct(0.99)}
 	if len(s) > 0 {
 		out.Max = ms(s[len(s)-1])
 	}
