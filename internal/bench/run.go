@@ -203,6 +203,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			res.Details = append(res.Details, run)
 			res.Failed += run.Failed
+			if err := env.tidy(ctx); err != nil {
+				rep.finish(began)
+				return rep, err
+			}
 		}
 	}
 	if slices.Contains(names, SteadyName) {
