@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 // dynaliteInstallHint tells how to install dynalite: it is pinned in the
@@ -85,7 +87,7 @@ func StartDynalite(ctx context.Context, opts DynaliteOptions) (endpoint string, 
 		proc, port, err := startDynaliteProc(ctx, node, cli, dir)
 		if err == nil {
 			logf("testenv: dynalite: pid %d ready on 127.0.0.1:%d in %v", proc.PID(), port, time.Since(t0).Round(time.Millisecond))
-			stop := atExit("dynalite", func() error {
+			stop := servers.AtExit("dynalite", func() error {
 				return errors.Join(proc.Stop(), os.RemoveAll(dir))
 			})
 			return dynaliteEndpoint(port), stop, nil

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 // KafkaBrokersDefault is the number of brokers of a cluster started by
@@ -83,7 +85,7 @@ func StartKafka(opts KafkaOptions) (k *KafkaCluster, stop func() error, err erro
 			return nil, nil, fmt.Errorf("testenv: kafka: listen address %q: %w", addr, err)
 		}
 	}
-	return k, atExit("kafka", k.stop), nil
+	return k, servers.AtExit("kafka", k.stop), nil
 }
 
 func (k *KafkaCluster) newCluster(ports []int) (*kfake.Cluster, error) {

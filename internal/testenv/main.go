@@ -1,24 +1,24 @@
 package testenv
 
 import (
-	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 // mainActive records that the test binary runs through Main, so that shared
 // servers started during the tests are guaranteed to be stopped.
 var mainActive atomic.Bool
 
-// Main runs the package's tests, stops every server this process started, and
+// Main runs the package's tests, stops every server this process started
+// (with this package or with internal/servers: see [servers.StopAll]), and
 // checks for leaked goroutines with go.uber.org/goleak. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
@@ -34,7 +34,7 @@ func Main(m *testing.M) {
 
 	code := m.Run()
 
-	if err := stopAll(); err != nil {
+	if err := servers.StopAll(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: stopping servers: %v\n", err)
 		if code == 0 {
 			code = 1
@@ -63,64 +63,10 @@ func requireMain(t testing.TB) {
 	}
 }
 
-// exitFuncs holds the stop functions of the servers still running, keyed by
-// registration order.
-var exitFuncs struct {
-	mu   sync.Mutex
-	next int
-	m    map[int]exitFunc
-}
-
-type exitFunc struct {
-	name string
-	fn   func() error
-}
-
-// atExit registers fn, which stops the server called name, to be run by Main
-// after the tests. It returns a stop function that runs fn at most once and
-// unregisters it; Main and the server's owner may both call it, in any order
-// and concurrently. Errors are prefixed with name.
-func atExit(name string, fn func() error) (stop func() error) {
-	exitFuncs.mu.Lock()
-	defer exitFuncs.mu.Unlock()
-	if exitFuncs.m == nil {
-		exitFuncs.m = make(map[int]exitFunc)
-	}
-	id := exitFuncs.next
-	exitFuncs.next++
-	once := sync.OnceValue(func() error {
-		exitFuncs.mu.Lock()
-		delete(exitFuncs.m, id)
-		exitFuncs.mu.Unlock()
-		if err := fn(); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		return nil
-	})
-	exitFuncs.m[id] = exitFunc{name: name, fn: once}
-	return once
-}
-
-// stopAll stops every registered server, most recently started first, and
-// returns the joined errors.
-func stopAll() error {
-	exitFuncs.mu.Lock()
-	ids := slices.Sorted(maps.Keys(exitFuncs.m))
-	fns := maps.Clone(exitFuncs.m)
-	exitFuncs.mu.Unlock()
-
-	var errs []error
-	for _, id := range slices.Backward(ids) {
-		if err := fns[id].fn(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // lazy is a process-wide server started on first use. The start function is
-// expected to register the server's stop function with atExit, so that Main
-// stops it. A failed start is not retried: every caller gets the same error.
+// expected to register the server's stop function with servers.AtExit, so
+// that Main stops it. A failed start is not retried: every caller gets the
+// same error.
 type lazy[T any] struct {
 	once sync.Once
 	val  T

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 // RabbitMQServerEnv names an environment variable that, when set, is the
@@ -174,7 +176,7 @@ func StartRabbitMQ(ctx context.Context, opts RabbitMQOptions) (node *RabbitMQNod
 	for attempt := 1; ; attempt++ {
 		n, portTaken, err := startRabbitMQNode(ctx, script, opts, logf)
 		if err == nil {
-			stop := atExit("rabbitmq", n.stop)
+			stop := servers.AtExit("rabbitmq", n.stop)
 			return n, stop, nil
 		}
 		if !portTaken || attempt == rabbitmqPortAttempts || ctx.Err() != nil {
@@ -210,7 +212,7 @@ func startRabbitMQNode(ctx context.Context, script string, opts RabbitMQOptions,
 	}
 	n.amqpPort = ports[0]
 	distPort, epmdPort := ports[1], ports[2]
-	suffix := filepath.Base(dir)[len(dirPrefix+"rabbitmq-"):]
+	suffix := filepath.Base(dir)[len(servers.DirPrefix+"rabbitmq-"):]
 	n.nodename = "rabbit-" + strings.ToLower(suffix) + "@localhost"
 
 	conf := []string{

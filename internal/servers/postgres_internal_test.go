@@ -1,4 +1,4 @@
-package testenv
+package servers
 
 import (
 	"context"
@@ -22,7 +22,18 @@ func TestStartPostgresRetriesTakenPort(t *testing.T) {
 	defer l.Close()
 	listenerPort := l.Addr().(*net.TCPAddr).Port
 
-	u, err := url.Parse(PostgresServerDSN(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	otherDSN, stopOther, err := StartPostgres(ctx, PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := stopOther(); err != nil {
+			t.Error(err)
+		}
+	}()
+	u, err := url.Parse(otherDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
