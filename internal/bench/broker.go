@@ -14,7 +14,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/backends"
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 // Topic is the topic of every message the bench publishes (the seeds' type
@@ -83,7 +83,7 @@ func (b *Broker) Close() {
 // on RabbitMQ: AMQPClassic ("" means it) or AMQPQuorum.
 func OpenBroker(ctx context.Context, rawURL, amqpQueueType string) (*Broker, error) {
 	if rawURL == "" {
-		srv, stop, err := testenv.StartNATS("")
+		srv, stop, err := servers.StartNATS("")
 		if err != nil {
 			return nil, fmt.Errorf("bench: start the embedded NATS server: %w", err)
 		}

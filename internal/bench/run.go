@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 // Result is the outcome of one scenario over its runs.
@@ -135,7 +135,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		fmt.Fprintln(o.Notices, "bench: no --store given: starting a throwaway PostgreSQL server from the local binaries (fsync=off, removed at exit)")
 		var stop func() error
 		var err error
-		dsn, stop, err = testenv.StartPostgres(ctx, testenv.PostgresOptions{})
+		dsn, stop, err = servers.StartPostgres(ctx, servers.PostgresOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}

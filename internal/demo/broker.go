@@ -14,7 +14,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/natsjs"
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 // Settings of the stream and the consumer.
@@ -52,7 +52,7 @@ func openBroker(ctx context.Context, url, runID string, log *slog.Logger) (*nats
 	b := &natsBroker{log: log, name: "ORDERS"}
 	desc := "NATS JetStream (embedded)"
 	if url == "" {
-		srv, stop, err := testenv.StartNATS("")
+		srv, stop, err := servers.StartNATS("")
 		if err != nil {
 			return nil, "", fmt.Errorf("demo: start the embedded NATS server: %w", err)
 		}
