@@ -98,7 +98,10 @@ type Config struct {
 	// lease can expire.
 	LeaseTTL time.Duration
 	// HeartbeatInterval is how often leases are renewed and rebalanced.
-	// Default LeaseTTL/3; must be below LeaseTTL - PublishTimeout.
+	// After each renewal, publishes start for LeaseTTL - 2 × PublishTimeout,
+	// so it must be below that (or publishing would pause every round).
+	// Default: the smaller of LeaseTTL/3 and half that window (5 s with the
+	// default LeaseTTL and PublishTimeout).
 	HeartbeatInterval time.Duration
 	// PollInterval is how often an idle worker looks for new records when no
 	// notification arrives.
@@ -143,7 +146,10 @@ func (c Config) WithDefaults() Config {
 	c.InFlight = cmp.Or(c.InFlight, InFlightDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, max(LeaseTTLDefault, 3*c.PublishTimeout))
-	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseTTL/3)
+	// Publishes start only while the lease outlives them: from a round's
+	// start to LeaseTTL - 2 × PublishTimeout later. The next round must
+	// come well within that window, or publishing stalls every round.
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, max(time.Millisecond, min(c.LeaseTTL/3, (c.LeaseTTL-2*c.PublishTimeout)/2)))
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
@@ -187,8 +193,8 @@ func (c Config) Validate() error {
 	if c.LeaseTTL < LeaseTTLMin || c.LeaseTTL <= 2*c.PublishTimeout {
 		return fmt.Errorf("outbox: Config.LeaseTTL must exceed 2 × PublishTimeout (%v) and be at least %v, got %v", c.PublishTimeout, LeaseTTLMin, c.LeaseTTL)
 	}
-	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseTTL-c.PublishTimeout {
-		return fmt.Errorf("outbox: Config.HeartbeatInterval must be positive and below LeaseTTL - PublishTimeout (%v), got %v", c.LeaseTTL-c.PublishTimeout, c.HeartbeatInterval)
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseTTL-2*c.PublishTimeout {
+		return fmt.Errorf("outbox: Config.HeartbeatInterval must be positive and below LeaseTTL - 2 × PublishTimeout (%v): publishes start only in that window after each heartbeat; got %v", c.LeaseTTL-2*c.PublishTimeout, c.HeartbeatInterval)
 	}
 	if c.PollInterval < PollIntervalMin {
 		return fmt.Errorf("outbox: Config.PollInterval must be at least %v, got %v", PollIntervalMin, c.PollInterval)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,13 @@ type Relay struct {
 	leases   map[int]*heldLease
 	leaseVer atomic.Uint64
 
+	// Partitions being handed back (heldLease.shed) that their worker
+	// reported drained, by partition: the epoch reported. drainedCh wakes
+	// the coordinator to release them.
+	drainMu   sync.Mutex
+	drained   map[int]int64
+	drainedCh chan struct{}
+
 	partitions int
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
@@ -62,6 +70,12 @@ type Relay struct {
 type heldLease struct {
 	Lease
 	validUntil time.Time // local monotonic time after which no publish may start
+	// shed: surplus being handed back to another relay. The lease is
+	// renewed, but its worker starts nothing new for it; once nothing is in
+	// flight or waiting to be settled, the coordinator releases it. (Released
+	// at once, a publish in flight would be published again by the next
+	// owner, and its settlement lost.)
+	shed bool
 }
 
 // NewRelay returns a relay for store and pub. cfg is completed with
@@ -84,12 +98,14 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		}
 	}
 	return &Relay{
-		store:  store,
-		pub:    pub,
-		cfg:    cfg,
-		log:    cfg.Logger.With("node", cfg.Node),
-		leases: map[int]*heldLease{},
-		done:   make(chan struct{}),
+		store:     store,
+		pub:       pub,
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.Node),
+		leases:    map[int]*heldLease{},
+		done:      make(chan struct{}),
+		drained:   map[int]int64{},
+		drainedCh: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -137,6 +153,7 @@ func (r *Relay) Stop() error {
 	switch r.state {
 	case 0:
 		r.state = 2
+		close(r.done) // never started: nothing to wait for
 		r.mu.Unlock()
 		return nil
 	case 2:
@@ -305,7 +322,11 @@ func (r *Relay) listen(ctx context.Context) {
 	if !byPartition && !plain {
 		return
 	}
-	for ctx.Err() == nil {
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			// Writes committed while unsubscribed were not notified.
+			r.notifyAll()
+		}
 		var err error
 		if byPartition {
 			err = pn.SubscribePartitions(ctx, func(ps []int) {
@@ -384,10 +405,77 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 			failures = 0
 			broadcast()
 		}
-		if !sleepCtx(ctx, wait) {
-			return
+		// Wait for the next round, releasing drained partitions meanwhile,
+		// so that the relay taking them over need not wait a round.
+		t := time.NewTimer(wait)
+	sleep:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				break sleep
+			case <-r.drainedCh:
+				if err := r.releaseDrained(ctx); err != nil && ctx.Err() == nil {
+					r.emit(Event{Kind: EventStoreError, Err: err})
+					r.log.Warn("releasing drained leases failed; retrying next round", "err", err)
+				}
+			}
 		}
 	}
+}
+
+// shedDrained records that the partition of l, being handed back, has
+// nothing in flight or waiting to be settled, and wakes the coordinator.
+// Workers call it; it is cheap and idempotent.
+func (r *Relay) shedDrained(l Lease) {
+	r.drainMu.Lock()
+	e, ok := r.drained[l.Partition]
+	r.drained[l.Partition] = l.Epoch
+	r.drainMu.Unlock()
+	if !ok || e != l.Epoch {
+		select {
+		case r.drainedCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// releaseDrained releases the leases being handed back whose worker
+// reported them drained: they leave the relay's set first, so nothing new
+// starts, then the store frees them for another relay.
+func (r *Relay) releaseDrained(ctx context.Context) error {
+	r.drainMu.Lock()
+	drained := r.drained
+	r.drained = map[int]int64{}
+	r.drainMu.Unlock()
+	if len(drained) == 0 {
+		return nil
+	}
+	var release []Lease
+	r.leaseMu.Lock()
+	for p, epoch := range drained {
+		if h, ok := r.leases[p]; ok && h.shed && h.Epoch == epoch {
+			release = append(release, h.Lease)
+			delete(r.leases, p)
+		}
+	}
+	r.nLeases.Store(int64(len(r.leases)))
+	r.leaseMu.Unlock()
+	if len(release) == 0 {
+		return nil
+	}
+	r.leaseVer.Add(1)
+	r.emit(Event{Kind: EventLeases, Count: len(release)})
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+	defer cancel()
+	if err := r.store.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
+		// They expire by themselves; meanwhile no other relay can take them.
+		return fmt.Errorf("release leases: %w", err)
+	}
+	r.log.Info("handed back leases", "partitions", len(release))
+	return nil
 }
 
 // leaseRound is one heartbeat: register, renew, shed or take leases.
@@ -414,37 +502,46 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
 	// The store set expiry to its now+ttl, no earlier than our start+ttl.
 	// Stop starting publishes early enough that one in flight ends first.
 	validUntil := start.Add(ttl - r.cfg.PublishTimeout)
-	var shed []Lease
-	if len(got) > share && !shuttingDown {
-		// Hand back the newest surplus so another node can take it at once.
-		shed = got[share:]
-		got = got[:share]
-	}
 	r.leaseMu.Lock()
+	// Leases over the fair share are handed back in two steps: marked shed
+	// now (renewed, nothing new starts), released once drained.
+	var keep, shed []Lease
+	for _, l := range got {
+		if old, ok := r.leases[l.Partition]; ok && old.Epoch == l.Epoch && old.shed {
+			shed = append(shed, l)
+		} else {
+			keep = append(keep, l)
+		}
+	}
+	if shuttingDown {
+		keep, shed = append(keep, shed...), nil // Leave releases them all
+	} else if len(keep) > share {
+		shed = append(shed, keep[share:]...)
+		keep = keep[:share]
+	} else if n := min(share-len(keep), len(shed)); n > 0 {
+		keep = append(keep, shed[:n]...) // the share grew again: keep them
+		shed = shed[n:]
+	}
 	next := make(map[int]*heldLease, len(got))
 	changed := len(got) != len(r.leases)
-	for _, l := range got {
+	for i, l := range slices.Concat(keep, shed) {
 		old, ok := r.leases[l.Partition]
-		if !ok || old.Epoch != l.Epoch {
+		h := &heldLease{Lease: l, validUntil: validUntil, shed: i >= len(keep)}
+		if !ok || old.Epoch != l.Epoch || old.shed != h.shed {
 			changed = true
 		}
-		next[l.Partition] = &heldLease{Lease: l, validUntil: validUntil}
+		next[l.Partition] = h
 	}
 	r.leases = next
 	r.leaseMu.Unlock()
 	if changed {
 		r.leaseVer.Add(1)
-		r.log.Info("leases", "held", len(got), "live_relays", live, "share", share)
+		r.log.Info("leases", "held", len(keep), "handing_back", len(shed), "live_relays", live, "share", share)
 	}
 	r.nLeases.Store(int64(len(got)))
 	r.emit(Event{Kind: EventLeases, Count: len(got)})
 	r.beat()
-	if len(shed) > 0 {
-		if err := r.store.ReleaseLeases(ctx, r.cfg.Node, shed); err != nil {
-			return fmt.Errorf("release leases: %w", err)
-		}
-	}
-	return nil
+	return r.releaseDrained(ctx)
 }
 
 func (r *Relay) heldLeases() []Lease {

@@ -31,7 +31,8 @@ type worker struct {
 	next     int   // round-robin start
 	leaseVer uint64
 
-	inflight int // Publish calls in flight
+	inflight int  // Publish calls in flight
+	shedding bool // some partition is being handed back
 	results  chan publishResult
 	settle   map[int]*Settlement // per partition, waiting to be written
 	settleN  int
@@ -47,8 +48,12 @@ type worker struct {
 	settleDone  chan settleResult
 	settlerBusy bool
 
-	lastSweep  time.Time
-	lastFetch  time.Time
+	lastSweep time.Time
+	lastFetch time.Time
+	// lastPoll is when the worker last fetched every partition it holds,
+	// notified or not: a partition whose notification was lost is found
+	// within PollInterval even while other partitions keep being notified.
+	lastPoll   time.Time
 	storeFails int
 	retryStore time.Time // no store call before this after a failure
 }
@@ -61,8 +66,17 @@ type partState struct {
 	mark       string             // the MarkedFetcher mark of the fetch that set cursor
 	q          partQueue          // fetched, not in flight, per key in commit (fetch) order
 	inflight   map[string]*Record // by ID
-	settling   map[string]bool    // IDs settled in memory, not yet in the store
-	caughtUp   bool               // the last fetch returned everything there was
+	// settling counts, per ID, the settlements queued or being written: a
+	// record can have a retry being written and its delivery queued.
+	settling map[string]int
+	// deadHeld are records dead-lettered in memory whose settlement is not
+	// written yet: their keys stay held until it is, so that if it is never
+	// written (fenced, shed) no later record of the key goes first.
+	deadHeld map[string]*Record
+	caughtUp bool // the last fetch returned everything there was
+	// shed: the relay is handing this partition back; nothing new starts
+	// and, once nothing is in flight or settling, the worker says so.
+	shed bool
 }
 
 type settleResult struct {
@@ -104,6 +118,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 	}()
 	for {
 		w.syncLeases()
+		w.reportDrained()
 		// Take what is ready without waiting.
 	drain:
 		for {
@@ -261,9 +276,12 @@ func (w *worker) syncLeases() {
 	r.leaseMu.RLock()
 	defer r.leaseMu.RUnlock()
 	// Validity changes on every renewal without a version bump.
+	w.shedding = false
 	for p, ps := range w.parts {
 		if h, ok := r.leases[p]; ok && h.Epoch == ps.lease.Epoch {
 			ps.validUntil = h.validUntil
+			ps.shed = h.shed
+			w.shedding = w.shedding || h.shed
 		}
 	}
 	if ver == w.leaseVer {
@@ -286,12 +304,30 @@ func (w *worker) syncLeases() {
 				validUntil: h.validUntil,
 				q:          newPartQueue(),
 				inflight:   map[string]*Record{},
-				settling:   map[string]bool{},
+				settling:   map[string]int{},
+				deadHeld:   map[string]*Record{},
+				shed:       h.shed,
 			}
 		}
 	}
 	w.reorder()
 	w.recount()
+	for _, ps := range w.parts {
+		w.shedding = w.shedding || ps.shed
+	}
+}
+
+// reportDrained tells the relay which of the partitions it is handing back
+// have nothing in flight or waiting to be settled any more.
+func (w *worker) reportDrained() {
+	if !w.shedding {
+		return
+	}
+	for _, p := range w.order {
+		if ps := w.parts[p]; ps.shed && ps.drained() {
+			w.r.shedDrained(ps.lease)
+		}
+	}
 }
 
 // reorder rebuilds the round-robin order after partitions came or went.
@@ -334,7 +370,7 @@ func (w *worker) refill(ctx context.Context) {
 	}
 	cfg := w.r.cfg
 	now := time.Now()
-	poll := now.Sub(w.lastFetch) >= cfg.PollInterval
+	poll := now.Sub(w.lastPoll) >= cfg.PollInterval
 	all := w.r.fetchAll[w.index].Swap(false)
 	var cursors []Cursor
 	for _, p := range w.order {
@@ -342,7 +378,7 @@ func (w *worker) refill(ctx context.Context) {
 		if w.r.dirty[p].Swap(false) || all {
 			ps.caughtUp = false // written since the last fetch
 		}
-		if ps.q.n > cfg.FetchSize/2 {
+		if ps.shed || ps.q.n > cfg.FetchSize/2 {
 			continue
 		}
 		if ps.caughtUp && !poll {
@@ -354,8 +390,11 @@ func (w *worker) refill(ctx context.Context) {
 		return
 	}
 	w.lastFetch = now
+	if poll {
+		w.lastPoll = now
+	}
 	w.fetching = true
-	limit := cfg.FetchSize / 2
+	limit := max(1, cfg.FetchSize/2)
 	// The fetch runs beside the publishing; fetched applies its result.
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
@@ -474,7 +513,7 @@ func (w *worker) sweep(ctx context.Context) {
 	var late []Cursor
 	for _, ref := range refs {
 		ps := w.parts[ref.Partition]
-		if ps == nil || ref.Seq > ps.cursor || pendingIDs[ref.ID] || ps.inflight[ref.ID] != nil || ps.settling[ref.ID] {
+		if ps == nil || ref.Seq > ps.cursor || pendingIDs[ref.ID] || ps.inflight[ref.ID] != nil || ps.settling[ref.ID] > 0 {
 			continue
 		}
 		late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
@@ -490,7 +529,7 @@ func (w *worker) sweep(ctx context.Context) {
 	for i := range recs {
 		rec := &recs[i]
 		ps := w.parts[rec.Partition]
-		if ps == nil || rec.Seq > ps.cursor || pendingIDs[rec.ID] || ps.inflight[rec.ID] != nil || ps.settling[rec.ID] {
+		if ps == nil || rec.Seq > ps.cursor || pendingIDs[rec.ID] || ps.inflight[rec.ID] != nil || ps.settling[rec.ID] > 0 {
 			continue
 		}
 		pendingIDs[rec.ID] = true
@@ -499,8 +538,31 @@ func (w *worker) sweep(ctx context.Context) {
 	}
 }
 
+// unsettle counts n settlements of id as written (or dropped).
+func (ps *partState) unsettle(id string, n int) {
+	if ps.settling[id] -= n; ps.settling[id] <= 0 {
+		delete(ps.settling, id)
+	}
+}
+
+// drained reports whether nothing of the partition is in flight or
+// waiting to be settled.
+func (ps *partState) drained() bool {
+	return len(ps.inflight) == 0 && len(ps.settling) == 0
+}
+
+// fencedIn reports whether l is among the fenced leases.
+func fencedIn(fenced []Lease, l Lease) bool {
+	for _, f := range fenced {
+		if f == l {
+			return true
+		}
+	}
+	return false
+}
+
 func (ps *partState) known(rec *Record) bool {
-	return ps.inflight[rec.ID] != nil || ps.settling[rec.ID] || ps.q.has(rec)
+	return ps.inflight[rec.ID] != nil || ps.settling[rec.ID] > 0 || ps.q.has(rec)
 }
 
 // build picks the next batches: for each key only its first pending
@@ -522,7 +584,7 @@ func (w *worker) build(now time.Time) [][]*Record {
 	for k := 0; k < n && len(recs) < limit; k++ {
 		p := w.order[(w.next+k)%n]
 		ps := w.parts[p]
-		if len(ps.q.ready) == 0 && len(ps.q.waiting) == 0 || !mono.Add(cfg.PublishTimeout).Before(ps.validUntil) {
+		if ps.shed || len(ps.q.ready) == 0 && len(ps.q.waiting) == 0 || !mono.Add(cfg.PublishTimeout).Before(ps.validUntil) {
 			continue
 		}
 		for _, rec := range ps.q.take(limit-len(recs), now) {
@@ -588,19 +650,28 @@ func (w *worker) handle(res publishResult) {
 		}
 		if len(s.Retry) > 0 {
 			// A retry queued earlier and not yet written is superseded.
+			before := len(s.Retry)
 			s.Retry = slices.DeleteFunc(s.Retry, func(f Failure) bool { return f.ID == rec.ID })
+			if gone := before - len(s.Retry); gone > 0 {
+				w.settleN -= gone
+				ps.unsettle(rec.ID, gone)
+			}
 		}
 		outcomes[i] = w.r.outcome(rec, res.errs[i], now, s)
 		if w.settleN == 0 {
 			w.settleSince = time.Now()
 		}
 		w.settleN++
-		ps.settling[rec.ID] = true
-		if outcomes[i] == outcomeRetry {
+		ps.settling[rec.ID]++
+		switch outcomes[i] {
+		case outcomeRetry:
 			// Retry later, holding back its key.
 			ps.q.pushFront(rec, now)
-		} else {
-			ps.q.done(rec, now)
+		case outcomeDead:
+			// The key stays held until the dead-lettering is written.
+			ps.deadHeld[rec.ID] = rec
+		default:
+			ps.q.done(rec, now) // the broker has it: the key goes on
 		}
 	}
 	if kept < len(res.recs) {
@@ -619,19 +690,24 @@ func (w *worker) handle(res publishResult) {
 // store's outbox (or updated), and fenced partitions are dropped.
 func (w *worker) settled(res settleResult) {
 	w.settlerBusy = false
+	now := w.r.cfg.Now()
 	for _, s := range res.batch {
 		ps := w.parts[s.Partition]
-		if ps == nil || ps.lease.Epoch != s.Epoch {
+		if ps == nil || ps.lease.Epoch != s.Epoch || fencedIn(res.fenced, s.Lease) {
 			continue
 		}
 		for _, id := range s.Delivered {
-			delete(ps.settling, id)
+			ps.unsettle(id, 1)
 		}
 		for _, f := range s.Retry {
-			delete(ps.settling, f.ID)
+			ps.unsettle(f.ID, 1)
 		}
 		for _, f := range s.Dead {
-			delete(ps.settling, f.ID)
+			ps.unsettle(f.ID, 1)
+			if rec := ps.deadHeld[f.ID]; rec != nil {
+				delete(ps.deadHeld, f.ID)
+				ps.q.done(rec, now) // written: the key goes on
+			}
 		}
 	}
 	if len(res.fenced) == 0 {
