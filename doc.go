@@ -36,7 +36,10 @@
 // later messages of a key whose earlier message failed. A relay starts a
 // publish only while its lease will outlive [Config.PublishTimeout], and
 // every settlement is fenced by the epoch: a relay that lost its lease
-// cannot change the outbox. Record.Seq is insert order; it equals commit
+// cannot change the outbox. Leases are shared fairly among live relays; a
+// relay hands its surplus back only once nothing of those partitions is in
+// flight or waiting to be settled, so a relay joining does not cause
+// duplicates. Record.Seq is insert order; it equals commit
 // order for one key whenever the writers of that key are serialised, as
 // they are when they update the same aggregate row. A record can commit
 // after records with a higher Seq were fetched (a PostgreSQL sequence hands
@@ -56,7 +59,7 @@
 // ([Backoff], Config.BackoffMin/Max) and after Config.MaxAttempts, or at
 // once for a [PermanentError], moves to the dead letters with its last
 // error and attempt count. It holds back only later messages of its own key;
-// once it is dead-lettered they go on.
+// once its dead-lettering is written they go on.
 //
 // # Bounded everything
 //
