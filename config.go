@@ -93,9 +93,9 @@ type Config struct {
 	// PublishTimeout bounds one Publish call.
 	PublishTimeout time.Duration
 	// LeaseTTL is how long a partition lease lasts without renewal. It must
-	// exceed 2 × PublishTimeout: a relay starts a publish only while its
-	// lease will outlive the publish, so it stops publishing before the
-	// lease can expire.
+	// exceed 2 × PublishTimeout (by 10 ms at least): a relay starts a
+	// publish only while its lease will outlive the publish, so it stops
+	// publishing before the lease can expire.
 	LeaseTTL time.Duration
 	// HeartbeatInterval is how often leases are renewed and rebalanced.
 	// After each renewal, publishes start for LeaseTTL - 2 × PublishTimeout,
@@ -190,8 +190,8 @@ func (c Config) Validate() error {
 	if c.PublishTimeout < PublishTimeoutMin {
 		return fmt.Errorf("outbox: Config.PublishTimeout must be at least %v, got %v", PublishTimeoutMin, c.PublishTimeout)
 	}
-	if c.LeaseTTL < LeaseTTLMin || c.LeaseTTL <= 2*c.PublishTimeout {
-		return fmt.Errorf("outbox: Config.LeaseTTL must exceed 2 × PublishTimeout (%v) and be at least %v, got %v", c.PublishTimeout, LeaseTTLMin, c.LeaseTTL)
+	if c.LeaseTTL < LeaseTTLMin || c.LeaseTTL < 2*c.PublishTimeout+publishWindowMin {
+		return fmt.Errorf("outbox: Config.LeaseTTL must exceed 2 × PublishTimeout (%v) by at least %v and be at least %v, got %v", c.PublishTimeout, publishWindowMin, LeaseTTLMin, c.LeaseTTL)
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseTTL-2*c.PublishTimeout {
 		return fmt.Errorf("outbox: Config.HeartbeatInterval must be positive and below LeaseTTL - 2 × PublishTimeout (%v): publishes start only in that window after each heartbeat; got %v", c.LeaseTTL-2*c.PublishTimeout, c.HeartbeatInterval)
@@ -213,6 +213,10 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// publishWindowMin is the least time, after each lease renewal, during
+// which publishes may start: LeaseTTL - 2 × PublishTimeout.
+const publishWindowMin = 10 * time.Millisecond
 
 func between(field string, v, lo, hi int) error {
 	if v < lo || v > hi {

@@ -119,7 +119,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.state != 0 {
-		return errors.New("outbox: relay already started")
+		return errors.New("outbox: relay already started or stopped: make a new one with NewRelay")
 	}
 	p, err := r.store.Partitions(ctx)
 	if err != nil {
@@ -417,10 +417,7 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 			case <-t.C:
 				break sleep
 			case <-r.drainedCh:
-				if err := r.releaseDrained(ctx); err != nil && ctx.Err() == nil {
-					r.emit(Event{Kind: EventStoreError, Err: err})
-					r.log.Warn("releasing drained leases failed; retrying next round", "err", err)
-				}
+				r.releaseDrainedOrLog(ctx)
 			}
 		}
 	}
@@ -541,7 +538,18 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
 	r.nLeases.Store(int64(len(got)))
 	r.emit(Event{Kind: EventLeases, Count: len(got)})
 	r.beat()
-	return r.releaseDrained(ctx)
+	r.releaseDrainedOrLog(ctx)
+	return nil
+}
+
+// releaseDrainedOrLog releases the drained leases being handed back; a
+// failure is logged (they have left the relay's set already and expire by
+// themselves within LeaseTTL).
+func (r *Relay) releaseDrainedOrLog(ctx context.Context) {
+	if err := r.releaseDrained(ctx); err != nil && ctx.Err() == nil {
+		r.emit(Event{Kind: EventStoreError, Err: err})
+		r.log.Warn("releasing drained leases failed; they expire by themselves", "err", err, "lease_ttl", r.cfg.LeaseTTL)
+	}
 }
 
 func (r *Relay) heldLeases() []Lease {

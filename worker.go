@@ -49,7 +49,6 @@ type worker struct {
 	settlerBusy bool
 
 	lastSweep time.Time
-	lastFetch time.Time
 	// lastPoll is when the worker last fetched every partition it holds,
 	// notified or not: a partition whose notification was lost is found
 	// within PollInterval even while other partitions keep being notified.
@@ -249,7 +248,8 @@ func (w *worker) settler(killCtx context.Context) {
 
 // nextWake is how long an idle worker may sleep.
 func (w *worker) nextWake(now time.Time) time.Duration {
-	d := w.r.cfg.PollInterval
+	cfg := w.r.cfg
+	d := max(0, w.lastPoll.Add(cfg.PollInterval).Sub(now))
 	if w.settleN > 0 && !w.settlerBusy {
 		d = min(d, max(0, w.settleSince.Add(settleGather).Sub(now)))
 	}
@@ -261,9 +261,17 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if len(w.parts) > 0 && !marked && !ordered {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
-	for _, ps := range w.parts {
-		if due := ps.q.nextDue(); !due.IsZero() {
-			d = min(d, due.Sub(now))
+	// A retry coming due matters only if build can take it then: not with
+	// every publish slot busy (a result wakes the worker), nor for a
+	// partition being handed back or whose lease is about to run out.
+	if w.inflight < cfg.InFlight {
+		for _, ps := range w.parts {
+			if ps.shed || !now.Add(cfg.PublishTimeout).Before(ps.validUntil) {
+				continue
+			}
+			if due := ps.q.nextDue(); !due.IsZero() {
+				d = min(d, due.Sub(now))
+			}
 		}
 	}
 	return max(d, time.Millisecond)
@@ -389,7 +397,6 @@ func (w *worker) refill(ctx context.Context) {
 	if len(cursors) == 0 {
 		return
 	}
-	w.lastFetch = now
 	if poll {
 		w.lastPoll = now
 	}
@@ -492,7 +499,7 @@ func (w *worker) sweep(ctx context.Context) {
 	var cursors []Cursor
 	for _, p := range w.order {
 		ps := w.parts[p]
-		if ps.cursor > 0 {
+		if ps.cursor > 0 && !ps.shed {
 			cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor})
 		}
 	}

@@ -1,0 +1,51 @@
+package outbox
+
+import (
+	"testing"
+	"time"
+)
+
+// A retry that has come due makes an idle worker wake at once, unless
+// build could not take it: its partition is being handed back, its lease
+// is about to run out, or every publish slot is busy. The worker used to
+// wake every millisecond until then.
+func TestNextWakeIgnoresRetriesBuildCannotTake(t *testing.T) {
+	cfg := Config{PollInterval: time.Second, SweepInterval: time.Hour}.WithDefaults()
+	r := &Relay{cfg: cfg, store: storeStub{}}
+	now := time.Now()
+	newPart := func(shed bool, validUntil time.Time) *partState {
+		ps := &partState{q: newPartQueue(), shed: shed, validUntil: validUntil}
+		// A key whose head waits for a retry time, which has come.
+		rec := &Record{Message: Message{ID: NewID(), Key: "k"}, NextAttemptAt: now.Add(time.Minute)}
+		ps.q.push(rec, now)
+		rec.NextAttemptAt = now.Add(-time.Second)
+		return ps
+	}
+	valid := now.Add(time.Hour)
+	for _, c := range []struct {
+		name     string
+		ps       *partState
+		inflight int
+		soon     bool // want a wake-up at once
+	}{
+		{"due retry", newPart(false, valid), 0, true},
+		{"partition handed back", newPart(true, valid), 0, false},
+		{"lease running out", newPart(false, now.Add(cfg.PublishTimeout/2)), 0, false},
+		{"every slot busy", newPart(false, valid), cfg.InFlight, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := &worker{r: r, parts: map[int]*partState{0: c.ps}, inflight: c.inflight, lastPoll: now, lastSweep: now}
+			got := w.nextWake(now)
+			if c.soon && got > time.Millisecond {
+				t.Errorf("nextWake = %v, want 1ms (a retry is due)", got)
+			}
+			if !c.soon && got < cfg.PollInterval/2 {
+				t.Errorf("nextWake = %v, want about PollInterval (%v): build cannot take the due retry", got, cfg.PollInterval)
+			}
+		})
+	}
+}
+
+// storeStub is a Store with no optional abilities; nextWake only looks at
+// which interfaces it implements.
+type storeStub struct{ Store }
