@@ -99,6 +99,21 @@ func StartDynalite(ctx context.Context, opts DynaliteOptions) (endpoint string, 
 	}
 }
 
+// dynaliteKeepServing is loaded before dynalite. A client that gives up on
+// a request (its context ends: a timeout, a relay stopping) closes the
+// connection mid-request; dynalite's request handler rethrows that error,
+// which would end the process and fail every later test of the package.
+// DynamoDB carries on, and so does dynalite with this.
+const dynaliteKeepServing = `process.on('uncaughtException', function (err) {
+  if (err && (err.code === 'ECONNRESET' || err.message === 'aborted')) {
+    console.error('dynalite: a client aborted a request: ' + err.message)
+    return
+  }
+  console.error((err && err.stack) || err)
+  process.exit(1)
+})
+`
+
 // startDynaliteProc starts dynalite on a free port and waits until it serves
 // requests. On failure the process, if started, has been stopped and is
 // returned for inspection.
@@ -107,10 +122,14 @@ func startDynaliteProc(ctx context.Context, node, cli, dir string) (*Proc, int, 
 	if err != nil {
 		return nil, 0, err
 	}
+	preload := filepath.Join(dir, "keep-serving.js")
+	if err := os.WriteFile(preload, []byte(dynaliteKeepServing), 0o644); err != nil {
+		return nil, port, fmt.Errorf("testenv: dynalite: %w", err)
+	}
 	proc, err := StartProc(ProcConfig{
 		Name: "dynalite",
 		Path: node,
-		Args: []string{cli,
+		Args: []string{"--require", preload, cli,
 			"--host", "127.0.0.1",
 			"--port", strconv.Itoa(port),
 			"--createTableMs", "0",

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,6 +36,32 @@ func TestStartDynalite(t *testing.T) {
 	}
 	if err := listTables(probeCtx, endpoint); err == nil {
 		t.Fatalf("dynalite still answers on %s after stop", endpoint)
+	}
+}
+
+// A client that closes its connection in the middle of a request (its
+// context ended) must not take dynalite down for the tests after it.
+func TestDynaliteSurvivesAbortedRequest(t *testing.T) {
+	endpoint := Dynalite(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", strings.TrimPrefix(endpoint, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Headers promising a body, half of it, then gone.
+	_, err = fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: dynalite\r\nContent-Type: application/x-amz-json-1.0\r\n"+
+		"X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 100\r\n\r\n{\"Limit\"")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := listTables(ctx, endpoint); err != nil {
+			t.Fatalf("ListTables %d after an aborted request: %v", i+1, err)
+		}
 	}
 }
 
