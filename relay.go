@@ -465,7 +465,7 @@ func (r *Relay) releaseDrained(ctx context.Context) error {
 	}
 	r.leaseVer.Add(1)
 	r.emit(Event{Kind: EventLeases, Count: len(release)})
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
 	defer cancel()
 	if err := r.store.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
 		// They expire by themselves; meanwhile no other relay can take them.
@@ -478,7 +478,9 @@ func (r *Relay) releaseDrained(ctx context.Context) error {
 // leaseRound is one heartbeat: register, renew, shed or take leases.
 func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
 	ttl := r.cfg.LeaseTTL
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+	// A slow round only shortens the publishing window (validity counts
+	// from its start), so it may take up to a third of the TTL.
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, ttl/3))
 	defer cancel()
 	start := time.Now()
 	live, err := r.store.Heartbeat(ctx, r.cfg.Node, ttl)
