@@ -186,23 +186,42 @@ func keyHash(key string) uint32 {
 	return binary.LittleEndian.Uint32(sum[:4])
 }
 
-// parseUUID decodes a canonical UUID string (checked by outbox.ValidateID).
+// parseUUID decodes a canonical lower-case UUID string (as
+// outbox.ValidateID accepts) in one pass; its errors are ValidateID's.
 func parseUUID(s string) ([16]byte, error) {
 	var u [16]byte
-	if err := outbox.ValidateID(s); err != nil {
-		return u, err
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, outbox.ValidateID(s)
 	}
-	var hexs [32]byte
-	copy(hexs[0:8], s[0:8])
-	copy(hexs[8:12], s[9:13])
-	copy(hexs[12:16], s[14:18])
-	copy(hexs[16:20], s[19:23])
-	copy(hexs[20:32], s[24:36])
-	if _, err := hex.Decode(u[:], hexs[:]); err != nil {
-		return u, err
+	j := 0
+	for i := 0; i < 36; i += 2 {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i-- // skip the dash: the next pair starts one further
+			continue
+		}
+		hi, lo := hexVal[s[i]], hexVal[s[i+1]]
+		if hi|lo > 0x0f {
+			return u, outbox.ValidateID(s)
+		}
+		u[j] = hi<<4 | lo
+		j++
 	}
 	return u, nil
 }
+
+// hexVal maps a lower-case hex digit to its value, anything else to 0xff.
+var hexVal = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c - 'a' + 10)
+	}
+	return t
+}()
 
 // formatUUID encodes u in the canonical lower-case form.
 func formatUUID(u [16]byte) string {
