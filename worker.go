@@ -249,7 +249,12 @@ func (w *worker) settler(killCtx context.Context) {
 // nextWake is how long an idle worker may sleep.
 func (w *worker) nextWake(now time.Time) time.Duration {
 	cfg := w.r.cfg
-	d := max(0, w.lastPoll.Add(cfg.PollInterval).Sub(now))
+	d := cfg.PollInterval
+	if !w.fetching && w.inflight < cfg.InFlight {
+		// The next poll is due then (otherwise a result wakes the worker
+		// first, and refill polls after it).
+		d = max(0, w.lastPoll.Add(cfg.PollInterval).Sub(now))
+	}
 	if w.settleN > 0 && !w.settlerBusy {
 		d = min(d, max(0, w.settleSince.Add(settleGather).Sub(now)))
 	}
@@ -394,11 +399,11 @@ func (w *worker) refill(ctx context.Context) {
 		}
 		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
 	}
+	if poll {
+		w.lastPoll = now // polled, even if every partition was full or shed
+	}
 	if len(cursors) == 0 {
 		return
-	}
-	if poll {
-		w.lastPoll = now
 	}
 	w.fetching = true
 	limit := max(1, cfg.FetchSize/2)
