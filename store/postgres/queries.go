@@ -79,11 +79,20 @@ SELECT 1 + count(*) FROM ` + n.relays + ` WHERE node <> $1 AND expires_at >= now
 	// their epoch. Expiry uses the database clock. Held leases are excluded
 	// from "free" so that an expired lease this node still holds is renewed,
 	// not re-taken.
+	//
+	// Lease rows are locked in partition order, here and in settles (FOR
+	// SHARE), so that a renewal and a settle of the same node never
+	// deadlock; free rows are skipped when locked.
 	q.acquire = `WITH held AS (
     SELECT h.p, h.e FROM unnest($2::integer[], $3::bigint[]) AS h(p, e)
+), mine AS MATERIALIZED (
+    SELECT l.partition FROM ` + n.leases + ` l
+    JOIN held ON l.partition = held.p AND l.epoch = held.e AND l.owner = $1
+    ORDER BY l.partition
+    FOR UPDATE OF l
 ), renewed AS (
     UPDATE ` + n.leases + ` l SET expires_at = now() + $4::interval
-    FROM held WHERE l.partition = held.p AND l.epoch = held.e AND l.owner = $1
+    FROM mine WHERE l.partition = mine.partition
     RETURNING l.partition, l.epoch
 ), free AS (
     SELECT l.partition FROM ` + n.leases + ` l
@@ -232,6 +241,7 @@ func settleSQL(n names, retention bool, node string, leases []int32, epochs []in
 ), valid AS MATERIALIZED (
     SELECT s.i, s.p FROM s JOIN ` + n.leases + ` l ON l.partition = s.p AND l.epoch = s.e
     WHERE l.owner = ` + q.arg(node) + `
+    ORDER BY s.p
     FOR SHARE OF l
 ), `)
 	}
