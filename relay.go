@@ -458,13 +458,14 @@ func (r *Relay) releaseDrained(ctx context.Context) error {
 			delete(r.leases, p)
 		}
 	}
-	r.nLeases.Store(int64(len(r.leases)))
+	held := len(r.leases)
+	r.nLeases.Store(int64(held))
 	r.leaseMu.Unlock()
 	if len(release) == 0 {
 		return nil
 	}
 	r.leaseVer.Add(1)
-	r.emit(Event{Kind: EventLeases, Count: len(release)})
+	r.emit(Event{Kind: EventLeases, Count: held})
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
 	defer cancel()
 	if err := r.store.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
