@@ -45,3 +45,8 @@ func (e *FencedError) Error() string {
 // ErrUnsupported is returned when a store lacks an ability a configuration
 // asks for (for example Ordering "none" on a store without row locks).
 var ErrUnsupported = errors.New("outbox: not supported by this store")
+
+// ErrShutdownTimeout is returned by [Relay.Stop] when Config.ShutdownTimeout
+// passed before the publishes in hand were settled: they were abandoned and
+// stay in the outbox, to be published again (duplicates are possible).
+var ErrShutdownTimeout = errors.New("outbox: shutdown timed out; work in hand abandoned")

@@ -37,7 +37,7 @@ type Relay struct {
 	cancel  context.CancelFunc // stops taking new work
 	kill    context.CancelFunc // abandons work in hand
 	done    chan struct{}
-	runErr  error
+	runErr  error // what ended the relay, if anything went wrong; under mu
 	workers []*worker
 	wakes   []chan struct{} // one per worker
 	// fetchAll[i] asks worker i to fetch all its partitions; dirty[p] asks
@@ -147,7 +147,9 @@ func (r *Relay) Start(ctx context.Context) error {
 // Stop stops taking new work, waits for the batches in hand to be
 // published and settled, releases the relay's leases and returns. After
 // Config.ShutdownTimeout it abandons what is left (those messages stay in
-// the outbox and are published again later). Stop is idempotent.
+// the outbox and are published again later) and returns an error wrapping
+// [ErrShutdownTimeout]; a failure to release the leases is returned too.
+// Stop is idempotent: later calls return the same error.
 func (r *Relay) Stop() error {
 	r.mu.Lock()
 	switch r.state {
@@ -159,7 +161,7 @@ func (r *Relay) Stop() error {
 	case 2:
 		r.mu.Unlock()
 		<-r.done
-		return r.runErr
+		return r.err()
 	}
 	r.state = 2
 	cancel, kill := r.cancel, r.kill
@@ -171,10 +173,25 @@ func (r *Relay) Stop() error {
 	case <-r.done:
 	case <-t.C:
 		r.log.Warn("shutdown timeout: abandoning work in hand", "timeout", r.cfg.ShutdownTimeout)
+		r.fail(fmt.Errorf("%w (Config.ShutdownTimeout %v): those messages stay in the outbox and are published again", ErrShutdownTimeout, r.cfg.ShutdownTimeout))
 		kill()
 		<-r.done
 	}
 	kill()
+	return r.err()
+}
+
+// fail records an error that Stop returns (the first of each kind is kept,
+// joined).
+func (r *Relay) fail(err error) {
+	r.mu.Lock()
+	r.runErr = errors.Join(r.runErr, err)
+	r.mu.Unlock()
+}
+
+func (r *Relay) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.runErr
 }
 
@@ -277,6 +294,7 @@ func (r *Relay) leave(killCtx context.Context) {
 	defer cancel()
 	if err := r.store.Leave(ctx, r.cfg.Node); err != nil {
 		r.log.Warn("leave failed; leases expire by themselves", "err", err)
+		r.fail(fmt.Errorf("outbox: leave: %w (the leases expire by themselves after Config.LeaseTTL)", err))
 	}
 	r.leaseMu.Lock()
 	clear(r.leases)

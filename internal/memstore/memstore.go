@@ -257,6 +257,9 @@ func (s *Store) ReleaseLeases(ctx context.Context, node string, leases []outbox.
 func (s *Store) Leave(ctx context.Context, node string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.enter("Leave"); err != nil {
+		return err
+	}
 	delete(s.relays, node)
 	for p := range s.leases {
 		if s.leases[p].owner == node {
