@@ -142,8 +142,9 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		} else if w.inflight < w.r.cfg.InFlight {
 			w.refill(ctx)
 			if batches := w.build(w.r.cfg.Now()); len(batches) > 0 {
+				deadline := time.Now().Add(w.r.cfg.PublishTimeout)
 				for _, b := range batches {
-					w.launch(killCtx, b)
+					w.launch(killCtx, b, deadline)
 				}
 				continue
 			}
@@ -623,21 +624,33 @@ func (w *worker) build(now time.Time) [][]*Record {
 }
 
 // launch publishes batch in its own goroutine; the result comes back on
-// w.results.
-func (w *worker) launch(killCtx context.Context, batch []*Record) {
+// w.results. The publish must end by deadline, fixed when the batch was
+// built (build took it from leases valid for a publish from then): a
+// goroutine that starts late, after the deadline or after the relay was
+// killed, does not publish at all, so no publish runs on a lost lease.
+func (w *worker) launch(killCtx context.Context, batch []*Record, deadline time.Time) {
 	w.inflight++
 	msgs := make([]*Message, len(batch))
 	for i, rec := range batch {
 		msgs[i] = &rec.Message
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(killCtx, w.r.cfg.PublishTimeout)
+		ctx, cancel := context.WithDeadline(killCtx, deadline)
+		defer cancel()
 		start := time.Now()
-		errs := fixErrs(w.r.pub.Publish(ctx, msgs), len(msgs))
-		cancel()
+		var errs []error
+		if ctx.Err() != nil {
+			errs = FillErrors(len(msgs), errNotAttempted)
+		} else {
+			errs = fixErrs(w.r.pub.Publish(ctx, msgs), len(msgs))
+		}
 		w.results <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
 	}()
 }
+
+// errNotAttempted is the result of a publish that never started: the
+// records go back to the head of their keys with no attempt counted.
+var errNotAttempted = errors.New("outbox: publish not started: its deadline passed or the relay stopped")
 
 // handle applies a publish result to the worker's state and queues the
 // settlement.
@@ -653,8 +666,14 @@ func (w *worker) handle(res publishResult) {
 			outcomes[i] = -1
 			continue
 		}
-		kept++
 		delete(ps.inflight, rec.ID)
+		if res.errs[i] == errNotAttempted {
+			// Never sent: back to the head of its key, nothing to settle.
+			ps.q.pushFront(rec, now)
+			outcomes[i] = -1
+			continue
+		}
+		kept++
 		s := w.settle[rec.Partition]
 		if s == nil {
 			s = &Settlement{Lease: ps.lease}

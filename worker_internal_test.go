@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -76,6 +77,58 @@ func TestNextWakeOverduePoll(t *testing.T) {
 			}
 			if !c.soon && got < cfg.PollInterval/2 {
 				t.Errorf("nextWake = %v, want about PollInterval (%v): refill cannot poll now", got, cfg.PollInterval)
+			}
+		})
+	}
+}
+
+// countPub counts Publish calls.
+type countPub struct{ calls int }
+
+func (p *countPub) Publish(ctx context.Context, msgs []*Message) []error {
+	p.calls++
+	return make([]error, len(msgs))
+}
+func (p *countPub) Close() error { return nil }
+
+// A publish goroutine that starts after its deadline (fixed when the batch
+// was built) or after the relay was killed does not publish: the lease it
+// was built under may be gone. The record goes back to the head of its key
+// with no attempt counted. (The deadline used to start when the goroutine
+// did, and a killed relay still called Publish.)
+func TestLaunchDoesNotPublishPastItsDeadline(t *testing.T) {
+	cfg := Config{}.WithDefaults()
+	for _, c := range []struct {
+		name     string
+		killed   bool
+		deadline time.Duration
+	}{
+		{"deadline passed", false, -time.Millisecond},
+		{"relay killed", true, time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pub := &countPub{}
+			r := &Relay{cfg: cfg, store: storeStub{}, pub: pub}
+			w := newWorker(r, 0, nil)
+			ps := &partState{lease: Lease{Partition: 0, Epoch: 1}, q: newPartQueue(), inflight: map[string]*Record{}, settling: map[string]int{}, deadHeld: map[string]*Record{}}
+			w.parts[0] = ps
+			rec := &Record{Message: Message{ID: NewID(), Key: "k"}}
+			ps.inflight[rec.ID] = rec
+			ctx, cancel := context.WithCancel(context.Background())
+			if c.killed {
+				cancel()
+			}
+			defer cancel()
+			w.launch(ctx, []*Record{rec}, time.Now().Add(c.deadline))
+			w.handle(<-w.results)
+			if pub.calls != 0 {
+				t.Fatalf("Publish called %d times after the deadline or kill", pub.calls)
+			}
+			if rec.Attempts != 0 || w.settleN != 0 {
+				t.Errorf("attempts %d, settlements %d: a publish never started must cost nothing", rec.Attempts, w.settleN)
+			}
+			if got := ps.q.take(10, time.Now()); len(got) != 1 || got[0] != rec {
+				t.Errorf("record not back at the head of its key: %v", got)
 			}
 		})
 	}
