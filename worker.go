@@ -47,6 +47,7 @@ type worker struct {
 	settleJobs  chan []Settlement
 	settleDone  chan settleResult
 	settlerBusy bool
+	settlerN    int // settlements in the batch the settler is writing
 
 	lastSweep time.Time
 	// lastPoll is when the worker last fetched every partition it holds,
@@ -139,7 +140,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		now := time.Now()
 		if now.Before(w.retryStore) {
 			// The store failed recently: wait before touching it again.
-		} else if w.inflight < w.r.cfg.InFlight {
+		} else if w.inflight < w.r.cfg.InFlight && !w.settleBound() {
 			w.refill(ctx)
 			if batches := w.build(w.r.cfg.Now()); len(batches) > 0 {
 				deadline := time.Now().Add(w.r.cfg.PublishTimeout)
@@ -203,10 +204,20 @@ func (w *worker) startSettle() {
 		}
 	}
 	clear(w.settle)
+	w.settlerN = w.settleN
 	w.settleN = 0
 	w.settleSince = time.Time{}
 	w.settlerBusy = true
 	w.settleJobs <- batch
+}
+
+// settleBound reports whether the worker's unwritten settlements have
+// reached their bound, 2 × BatchSize × InFlight: it then starts no
+// publish until settles succeed again, so that a store refusing settles
+// (while fetches work) cannot make it publish the whole backlog, which a
+// crash would then publish again.
+func (w *worker) settleBound() bool {
+	return w.settleN+w.settlerN >= 2*w.r.cfg.BatchSize*w.r.cfg.InFlight
 }
 
 // settler writes settlement batches until its channel closes, retrying a
@@ -251,7 +262,8 @@ func (w *worker) settler(killCtx context.Context) {
 func (w *worker) nextWake(now time.Time) time.Duration {
 	cfg := w.r.cfg
 	d := cfg.PollInterval
-	if !w.fetching && w.inflight < cfg.InFlight {
+	canStart := w.inflight < cfg.InFlight && !w.settleBound()
+	if !w.fetching && canStart {
 		// The next poll is due then (otherwise a result wakes the worker
 		// first, and refill polls after it).
 		d = max(0, w.lastPoll.Add(cfg.PollInterval).Sub(now))
@@ -268,9 +280,10 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	// A retry coming due matters only if build can take it then: not with
-	// every publish slot busy (a result wakes the worker), nor for a
+	// every publish slot busy (a result wakes the worker), nor with the
+	// settlements at their bound (the settler wakes it), nor for a
 	// partition being handed back or whose lease is about to run out.
-	if w.inflight < cfg.InFlight {
+	if canStart {
 		for _, ps := range w.parts {
 			if ps.shed || !now.Add(cfg.PublishTimeout).Before(ps.validUntil) {
 				continue
@@ -721,6 +734,7 @@ func (w *worker) handle(res publishResult) {
 // store's outbox (or updated), and fenced partitions are dropped.
 func (w *worker) settled(res settleResult) {
 	w.settlerBusy = false
+	w.settlerN = 0
 	now := w.r.cfg.Now()
 	for _, s := range res.batch {
 		ps := w.parts[s.Partition]
