@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,4 +99,134 @@ func TestRelayStopsPublishingWhileSettlesFail(t *testing.T) {
 	st.fail.Store(false)
 	waitFor(t, "drain", 20*time.Second, func() bool { return st.Outstanding() == 0 })
 	check(t, written, b.delivered())
+}
+
+// gatedMarks holds the result of the first FetchMarked after arm until
+// release: the fetch has read the store, but its result arrives late.
+type gatedMarks struct {
+	*memstore.Store
+	armed    atomic.Bool
+	held     chan struct{} // closed when a result is being held
+	release  chan struct{}
+	heldOnce sync.Once
+}
+
+func (g *gatedMarks) FetchMarked(ctx context.Context, cs []outbox.Cursor, limit int) ([]outbox.Record, string, error) {
+	recs, mark, err := g.Store.FetchMarked(ctx, cs, limit)
+	if g.armed.CompareAndSwap(true, false) {
+		g.heldOnce.Do(func() { close(g.held) })
+		<-g.release
+	}
+	return recs, mark, err
+}
+
+// publishLog counts deliveries per ID.
+type publishLog struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (p *publishLog) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.n[m.ID]++
+	}
+	return make([]error, len(msgs))
+}
+func (p *publishLog) Close() error { return nil }
+func (p *publishLog) count(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[id]
+}
+
+// A sweep that finds a late record, publishes it and settles it while a
+// marked fetch that also returns it is in flight must not publish it a
+// second time when that fetch's result arrives. (It did, without any
+// crash.)
+func TestRelaySweepRacingMarkedFetchPublishesOnce(t *testing.T) {
+	defer outbox.SetMarkedSweepInterval(20 * time.Millisecond)()
+	st := &gatedMarks{Store: memstore.New(1, nil), held: make(chan struct{}), release: make(chan struct{})}
+	pub := &publishLog{n: map[string]int{}}
+	cfg := fastConfig()
+	cfg.Workers = 1
+	r := startRelay(t, st, pub, cfg)
+	late := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "late"}
+	commitLate, err := st.Begin(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "other"}
+	if err := st.Write(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the later record published", 10*time.Second, func() bool { return pub.count(other.ID) == 1 })
+	st.armed.Store(true)
+	commitLate()
+	<-st.held // a marked fetch has read the late record; its result waits
+	waitFor(t, "the sweep publishes the late record", 10*time.Second, func() bool { return pub.count(late.ID) == 1 })
+	waitFor(t, "the late record settled", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	calls := st.Calls("Fetch")
+	close(st.release)
+	waitFor(t, "fetches after the held one", 10*time.Second, func() bool { return st.Calls("Fetch") >= calls+3 })
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.count(late.ID); n != 1 {
+		t.Fatalf("late record published %d times without any failure, want 1", n)
+	}
+}
+
+// slowBroker delivers after a fixed latency, recording the store's backlog
+// when it first sees watch.
+type slowBroker struct {
+	st        *memstore.Store
+	watch     string
+	backlogAt atomic.Int64 // outstanding when watch was published; -1 before
+}
+
+func (b *slowBroker) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	for _, m := range msgs {
+		if m.ID == b.watch {
+			b.backlogAt.CompareAndSwap(-1, int64(b.st.Outstanding()))
+		}
+	}
+	t := time.NewTimer(2 * time.Millisecond) // a broker's round trip
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return outbox.FillErrors(len(msgs), ctx.Err())
+	}
+	return make([]error, len(msgs))
+}
+func (b *slowBroker) Close() error { return nil }
+
+// With a store without marks (DynamoDB), a late record is found by the
+// sweep within about SweepInterval whatever the load: it is published
+// while a backlog is still draining. (The sweep used to run only when a
+// worker had nothing to publish, so a late record waited for the end of
+// the backlog while later records of its key could go first.)
+func TestRelaySweepRunsUnderSteadyLoad(t *testing.T) {
+	st := memstore.New(1, nil)
+	late := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "late"}
+	commitLate, err := st.Begin(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const backlog = 6400
+	writeKeys(t, st, backlog, backlog)
+	b := &slowBroker{st: st, watch: late.ID}
+	b.backlogAt.Store(-1)
+	cfg := fastConfig()
+	cfg.Workers, cfg.BatchSize, cfg.InFlight = 1, 16, 1
+	startRelay(t, struct{ outbox.Store }{st}, b, cfg) // no marks: the sweep must find it
+	waitFor(t, "publishing under way", 10*time.Second, func() bool { return st.Outstanding() < backlog })
+	commitLate()
+	waitFor(t, "late record published", 60*time.Second, func() bool { return b.backlogAt.Load() >= 0 })
+	if n := b.backlogAt.Load(); n < backlog/4 {
+		t.Fatalf("the late record was published with %d of %d records left: the sweep waited for the backlog", n, backlog)
+	}
+	waitFor(t, "drain", 60*time.Second, func() bool { return st.Outstanding() == 0 })
 }

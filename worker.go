@@ -17,7 +17,7 @@ const settleGather = 5 * time.Millisecond
 
 // markedSweepInterval is the least time between sweeps with a store that
 // implements MarkedFetcher, whose fetches already return late commits.
-const markedSweepInterval = 30 * time.Second
+var markedSweepInterval = 30 * time.Second
 
 // worker publishes the partitions p with p % Workers == index that the
 // relay holds. All of its state is owned by its goroutine.
@@ -50,6 +50,16 @@ type worker struct {
 	settlerN    int // settlements in the batch the settler is writing
 
 	lastSweep time.Time
+	// A sweep runs beside the publishing too, in two steps (Unsettled,
+	// then Fetch of the late records), each result coming on sweptCh.
+	sweeping   bool
+	sweepStart time.Time
+	fetchStart time.Time
+	sweptCh    chan sweepResult
+	// gone holds the IDs whose delivery or dead-lettering was written while
+	// a fetch or sweep was in flight, with when: a read that started before
+	// may still return them, and must not queue them again.
+	gone map[string]time.Time
 	// lastPoll is when the worker last fetched every partition it holds,
 	// notified or not: a partition whose notification was lost is found
 	// within PollInterval even while other partitions keep being notified.
@@ -100,6 +110,8 @@ func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 		settle:     map[int]*Settlement{},
 		settleJobs: make(chan []Settlement),
 		fetchedCh:  make(chan fetchResult, 1),
+		sweptCh:    make(chan sweepResult, 1),
+		gone:       map[string]time.Time{},
 		settleDone: make(chan settleResult, 1),
 	}
 }
@@ -129,6 +141,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 				w.settled(res)
 			case res := <-w.fetchedCh:
 				w.fetched(res)
+			case res := <-w.sweptCh:
+				w.swept(ctx, res)
 			default:
 				break drain
 			}
@@ -140,18 +154,21 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		now := time.Now()
 		if now.Before(w.retryStore) {
 			// The store failed recently: wait before touching it again.
-		} else if w.inflight < w.r.cfg.InFlight && !w.settleBound() {
-			w.refill(ctx)
-			if batches := w.build(w.r.cfg.Now()); len(batches) > 0 {
-				deadline := time.Now().Add(w.r.cfg.PublishTimeout)
-				for _, b := range batches {
-					w.launch(killCtx, b, deadline)
-				}
-				continue
-			}
-			if w.shouldSweep(time.Now()) {
+		} else {
+			// The sweep runs on its own schedule, whatever the load, so a
+			// late record waits at most about SweepInterval.
+			if !w.sweeping && w.shouldSweep(now) {
 				w.sweep(ctx)
-				continue
+			}
+			if w.inflight < w.r.cfg.InFlight && !w.settleBound() {
+				w.refill(ctx)
+				if batches := w.build(w.r.cfg.Now()); len(batches) > 0 {
+					deadline := time.Now().Add(w.r.cfg.PublishTimeout)
+					for _, b := range batches {
+						w.launch(killCtx, b, deadline)
+					}
+					continue
+				}
 			}
 		}
 		// Nothing to do now: wait for a result, a wake-up or a timer.
@@ -163,6 +180,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 			w.settled(res)
 		case res := <-w.fetchedCh:
 			w.fetched(res)
+		case res := <-w.sweptCh:
+			w.swept(ctx, res)
 		case <-w.wake: // refill reads what the notification asked for
 		case <-t.C:
 		case <-ctx.Done():
@@ -171,7 +190,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 	}
 	// Shutdown: wait for what is in flight, then settle it.
 	w.stopping = true
-	for w.inflight > 0 || w.settlerBusy || w.settleN > 0 || w.fetching {
+	for w.inflight > 0 || w.settlerBusy || w.settleN > 0 || w.fetching || w.sweeping {
 		w.startSettle()
 		select {
 		case res := <-w.results:
@@ -180,6 +199,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 			w.settled(res)
 		case <-w.fetchedCh:
 			w.fetching = false // shutting down: drop it
+		case <-w.sweptCh:
+			w.sweeping = false
 		case <-killCtx.Done():
 			return
 		}
@@ -276,7 +297,7 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	}
 	_, marked := w.r.store.(MarkedFetcher)
 	_, ordered := w.r.store.(CommitOrdered)
-	if len(w.parts) > 0 && !marked && !ordered {
+	if len(w.parts) > 0 && !marked && !ordered && !w.sweeping {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	// A retry coming due matters only if build can take it then: not with
@@ -420,6 +441,7 @@ func (w *worker) refill(ctx context.Context) {
 		return
 	}
 	w.fetching = true
+	w.fetchStart = now
 	limit := max(1, cfg.FetchSize/2)
 	// The fetch runs beside the publishing; fetched applies its result.
 	go func() {
@@ -451,6 +473,7 @@ func (w *worker) fetched(res fetchResult) {
 	w.fetching = false
 	if res.err != nil {
 		w.storeFailed("fetch", res.err)
+		w.pruneGone()
 		return
 	}
 	w.storeOK()
@@ -474,6 +497,14 @@ func (w *worker) fetched(res fetchResult) {
 		if ps == nil {
 			continue
 		}
+		if w.stale(rec) {
+			// Settled since this fetch started (a sweep found it first).
+			if rec.Seq > ps.cursor {
+				counts[rec.Partition]++
+				ps.cursor = rec.Seq
+			}
+			continue
+		}
 		if rec.Seq <= ps.cursor {
 			if !ps.known(rec) {
 				ps.q.push(rec, now)
@@ -490,6 +521,7 @@ func (w *worker) fetched(res fetchResult) {
 			ps.mark = res.mark
 		}
 	}
+	w.pruneGone()
 }
 
 // shouldSweep reports whether it is time to look below the cursors for
@@ -512,7 +544,9 @@ func (w *worker) shouldSweep(now time.Time) bool {
 
 // sweep finds unpublished records below the cursors that the worker has
 // never seen (their transaction committed after later records were
-// fetched) and queues them.
+// fetched) and queues them. It runs beside the publishing, like a fetch,
+// in two steps: the references of the unsettled records below the cursors,
+// then (applied by swept) the records the worker does not know.
 func (w *worker) sweep(ctx context.Context) {
 	w.lastSweep = time.Now()
 	var cursors []Cursor
@@ -525,42 +559,108 @@ func (w *worker) sweep(ctx context.Context) {
 	if len(cursors) == 0 {
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
-	defer cancel()
-	refs, err := w.r.store.Unsettled(sctx, cursors)
-	if err != nil {
-		w.storeFailed("unsettled", err)
-		return
-	}
-	pendingIDs := map[string]bool{}
-	for _, p := range w.order {
-		w.parts[p].q.each(func(rec *Record) { pendingIDs[rec.ID] = true })
-	}
-	var late []Cursor
-	for _, ref := range refs {
-		ps := w.parts[ref.Partition]
-		if ps == nil || ref.Seq > ps.cursor || pendingIDs[ref.ID] || ps.inflight[ref.ID] != nil || ps.settling[ref.ID] > 0 {
-			continue
+	w.sweeping = true
+	start := time.Now()
+	w.sweepStart = start
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
+		defer cancel()
+		refs, err := w.r.store.Unsettled(sctx, cursors)
+		w.sweptCh <- sweepResult{start: start, refs: refs, err: err}
+	}()
+}
+
+// sweepResult is one step of a sweep: the references found below the
+// cursors, or (late) the records fetched for those the worker did not know.
+type sweepResult struct {
+	start time.Time
+	late  bool
+	refs  []RecordRef
+	recs  []Record
+	err   error
+}
+
+// swept applies a step of a sweep.
+func (w *worker) swept(ctx context.Context, res sweepResult) {
+	w.sweeping = false
+	if res.err != nil {
+		op := "unsettled"
+		if res.late {
+			op = "fetch late"
 		}
-		late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
-	}
-	if len(late) == 0 {
+		w.storeFailed(op, res.err)
+		w.pruneGone()
 		return
 	}
-	recs, err := w.r.store.Fetch(sctx, late, 1)
-	if err != nil {
-		w.storeFailed("fetch late", err)
+	if !res.late {
+		queued := map[string]bool{}
+		for _, p := range w.order {
+			w.parts[p].q.each(func(rec *Record) { queued[rec.ID] = true })
+		}
+		var late []Cursor
+		for _, ref := range res.refs {
+			ps := w.parts[ref.Partition]
+			_, gone := w.gone[ref.ID]
+			if ps == nil || ref.Seq > ps.cursor || gone || queued[ref.ID] || ps.inflight[ref.ID] != nil || ps.settling[ref.ID] > 0 {
+				continue
+			}
+			late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
+		}
+		if len(late) == 0 {
+			w.pruneGone()
+			return
+		}
+		w.sweeping = true
+		go func() {
+			sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
+			defer cancel()
+			recs, err := w.r.store.Fetch(sctx, late, 1)
+			w.sweptCh <- sweepResult{start: res.start, late: true, recs: recs, err: err}
+		}()
 		return
 	}
-	for i := range recs {
-		rec := &recs[i]
+	now := w.r.cfg.Now()
+	for i := range res.recs {
+		rec := &res.recs[i]
 		ps := w.parts[rec.Partition]
-		if ps == nil || rec.Seq > ps.cursor || pendingIDs[rec.ID] || ps.inflight[rec.ID] != nil || ps.settling[rec.ID] > 0 {
+		if ps == nil || rec.Seq > ps.cursor || w.stale(rec) || ps.known(rec) {
 			continue
 		}
-		pendingIDs[rec.ID] = true
 		w.r.log.Warn("late record found by the sweep", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
-		ps.q.push(rec, w.r.cfg.Now())
+		ps.q.push(rec, now)
+	}
+	w.pruneGone()
+}
+
+// stale reports whether rec was delivered or dead-lettered after the read
+// that returned it started.
+func (w *worker) stale(rec *Record) bool {
+	_, ok := w.gone[rec.ID]
+	return ok
+}
+
+// pruneGone forgets settled IDs that no read in flight can return any more:
+// those written before the oldest read in flight started (all of them when
+// no read is in flight).
+func (w *worker) pruneGone() {
+	if len(w.gone) == 0 {
+		return
+	}
+	if !w.fetching && !w.sweeping {
+		clear(w.gone)
+		return
+	}
+	oldest := time.Now()
+	if w.fetching {
+		oldest = w.fetchStart
+	}
+	if w.sweeping && w.sweepStart.Before(oldest) {
+		oldest = w.sweepStart
+	}
+	for id, t := range w.gone {
+		if t.Before(oldest) {
+			delete(w.gone, id)
+		}
 	}
 }
 
@@ -741,14 +841,21 @@ func (w *worker) settled(res settleResult) {
 		if ps == nil || ps.lease.Epoch != s.Epoch || fencedIn(res.fenced, s.Lease) {
 			continue
 		}
+		reading := w.fetching || w.sweeping
 		for _, id := range s.Delivered {
 			ps.unsettle(id, 1)
+			if reading {
+				w.gone[id] = time.Now()
+			}
 		}
 		for _, f := range s.Retry {
 			ps.unsettle(f.ID, 1)
 		}
 		for _, f := range s.Dead {
 			ps.unsettle(f.ID, 1)
+			if reading {
+				w.gone[f.ID] = time.Now()
+			}
 			if rec := ps.deadHeld[f.ID]; rec != nil {
 				delete(ps.deadHeld, f.ID)
 				ps.q.done(rec, now) // written: the key goes on
