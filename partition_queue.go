@@ -12,6 +12,9 @@ type keyQueue struct {
 	key   string
 	recs  []*Record
 	state queueState
+	// failing: the head failed and waits for (or is in) a retry. A failing
+	// key keeps only its head in memory; see fail.
+	failing bool
 }
 
 type queueState uint8
@@ -32,6 +35,7 @@ type partQueue struct {
 	ready   []*keyQueue
 	waiting []*keyQueue
 	n       int // records queued (not in flight)
+	blocked int // of those, records of failing keys
 }
 
 func newPartQueue() partQueue {
@@ -57,6 +61,9 @@ func (pq *partQueue) push(rec *Record, now time.Time) {
 	}
 	q.recs = append(q.recs, rec)
 	pq.n++
+	if q.failing {
+		pq.blocked++
+	}
 	if q.state == queueIdle {
 		pq.schedule(q, now)
 	}
@@ -73,8 +80,44 @@ func (pq *partQueue) pushFront(rec *Record, now time.Time) {
 	}
 	q.recs = slices.Insert(q.recs, 0, rec)
 	pq.n++
+	if q.failing {
+		pq.blocked++
+	}
 	q.state = queueIdle
 	pq.schedule(q, now)
+}
+
+// fail puts a record whose publish failed back at the head of its key's
+// queue, waiting for its retry, and marks the key failing. The records
+// queued behind it are removed and returned: a failing key holds one record
+// in memory whatever its backlog, and the caller re-reads the rest from the
+// store when the key recovers.
+func (pq *partQueue) fail(rec *Record, now time.Time) (dropped []*Record) {
+	k := queueKey(rec)
+	q := pq.queues[k]
+	if q == nil {
+		q = &keyQueue{key: k}
+		pq.queues[k] = q
+	}
+	dropped = q.recs
+	pq.n -= len(q.recs)
+	if q.failing {
+		pq.blocked -= len(q.recs)
+	}
+	q.recs = []*Record{rec}
+	q.failing = true
+	pq.n++
+	pq.blocked++
+	q.state = queueIdle
+	pq.schedule(q, now)
+	return dropped
+}
+
+// isFailing reports whether the key's head failed and has not been
+// delivered or dead-lettered since.
+func (pq *partQueue) isFailing(key string) bool {
+	q := pq.queues[key]
+	return q != nil && q.failing
 }
 
 // done ends the flight of rec's key after rec was delivered or dead-lettered.
@@ -85,6 +128,10 @@ func (pq *partQueue) done(rec *Record, now time.Time) {
 		return
 	}
 	q.state = queueIdle
+	if q.failing {
+		q.failing = false
+		pq.blocked -= len(q.recs)
+	}
 	if len(q.recs) == 0 {
 		delete(pq.queues, k)
 		return
@@ -129,6 +176,9 @@ func (pq *partQueue) take(max int, now time.Time) []*Record {
 		q.recs[0] = nil
 		q.recs = q.recs[1:]
 		q.state = queueBusy
+		if q.failing {
+			pq.blocked--
+		}
 	}
 	clear(pq.ready[:n])
 	pq.ready = pq.ready[n:]

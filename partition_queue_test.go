@@ -82,3 +82,38 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// A failing key keeps only its head in memory: fail returns what was
+// queued behind it, the queue counts the head as blocked, and delivering
+// the head ends the failing state.
+func TestPartQueueFailKeepsOnlyTheHead(t *testing.T) {
+	now := time.Now()
+	pq := newPartQueue()
+	for i, id := range []string{"a1", "a2", "a3", "b1"} {
+		r := rec(id, id[:1])
+		r.Seq = int64(i + 1)
+		pq.push(r, now)
+	}
+	got := pq.take(10, now) // a1, b1
+	a1 := got[0]
+	a1.NextAttemptAt = now.Add(time.Second)
+	dropped := pq.fail(a1, now)
+	if !equal(ids(dropped), []string{"a2", "a3"}) {
+		t.Fatalf("dropped %v, want [a2 a3]", ids(dropped))
+	}
+	if pq.n != 1 || pq.blocked != 1 || !pq.isFailing("a") {
+		t.Fatalf("n=%d blocked=%d failing=%v, want 1, 1, true", pq.n, pq.blocked, pq.isFailing("a"))
+	}
+	pq.push(rec("a9", "a"), now) // a late record of the failing key
+	if pq.blocked != 2 {
+		t.Fatalf("blocked=%d after a push to a failing key, want 2", pq.blocked)
+	}
+	retry := pq.take(10, now.Add(2*time.Second))
+	if !equal(ids(retry), []string{"a1"}) || pq.blocked != 1 {
+		t.Fatalf("took %v, blocked %d; want [a1], 1", ids(retry), pq.blocked)
+	}
+	pq.done(a1, now)
+	if pq.isFailing("a") || pq.blocked != 0 {
+		t.Fatalf("after delivery: failing=%v blocked=%d", pq.isFailing("a"), pq.blocked)
+	}
+}

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,4 +230,48 @@ func TestRelaySweepRunsUnderSteadyLoad(t *testing.T) {
 		t.Fatalf("the late record was published with %d of %d records left: the sweep waited for the backlog", n, backlog)
 	}
 	waitFor(t, "drain", 60*time.Second, func() bool { return st.Outstanding() == 0 })
+}
+
+// A key whose head keeps failing with a retryable error holds back only
+// its own key, however many of its records are queued behind the head:
+// the other keys of its partition flow, and when it recovers its records
+// follow in order. (refill used to skip a partition holding more than
+// FetchSize/2 records, so a failing key with a backlog stalled its whole
+// partition until the head was dead-lettered.)
+func TestRelayFailingKeyHoldsOnlyItsKey(t *testing.T) {
+	st := memstore.New(1, nil)
+	written := map[string][]string{}
+	write := func(key string, n int) {
+		for range n {
+			m := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: key}
+			if err := st.Write(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			written[key] = append(written[key], m.ID)
+		}
+	}
+	write("bad", 60)
+	for i := range 40 {
+		write(fmt.Sprintf("good%d", i), 3)
+	}
+	var healed atomic.Bool
+	b := &broker{fail: func(m *outbox.Message) string {
+		if m.Key == "bad" && !healed.Load() {
+			return "before"
+		}
+		return ""
+	}}
+	cfg := fastConfig()
+	cfg.Workers, cfg.BatchSize, cfg.FetchSize = 1, 4, 8
+	cfg.MaxAttempts = 1000 // never dead-letter here
+	startRelay(t, st, b, cfg)
+	waitFor(t, "every other key delivered while bad fails", 20*time.Second, func() bool {
+		return st.Outstanding() == len(written["bad"])
+	})
+	healed.Store(true)
+	waitFor(t, "drain", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	check(t, written, b.delivered())
+	if d := st.Dead(); len(d) != 0 {
+		t.Fatalf("%d dead letters", len(d))
+	}
 }

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"time"
 )
@@ -84,6 +85,21 @@ type partState struct {
 	// written (fenced, shed) no later record of the key goes first.
 	deadHeld map[string]*Record
 	caughtUp bool // the last fetch returned everything there was
+	// high is the highest Seq ever fetched; cursor is below it after a
+	// rewind, and records between them may be known already.
+	high int64
+	// trunc holds, per failing key whose records were dropped from memory,
+	// the Seq after which they were dropped: records of the key above it
+	// are not queued until the key recovers, and then the cursor rewinds
+	// there (rewindTo) to read them again, in order.
+	trunc    map[string]int64
+	rewind   bool
+	rewindTo int64
+	// recov holds the keys that recovered since the last rewind: their
+	// truncation ends when the rewound fetch is issued, so that a fetch
+	// already in flight cannot queue a record of theirs before the records
+	// the rewind reads.
+	recov map[string]bool
 	// shed: the relay is handing this partition back; nothing new starts
 	// and, once nothing is in flight or settling, the worker says so.
 	shed bool
@@ -354,6 +370,8 @@ func (w *worker) syncLeases() {
 				inflight:   map[string]*Record{},
 				settling:   map[string]int{},
 				deadHeld:   map[string]*Record{},
+				trunc:      map[string]int64{},
+				recov:      map[string]bool{},
 				shed:       h.shed,
 			}
 		}
@@ -426,7 +444,21 @@ func (w *worker) refill(ctx context.Context) {
 		if w.r.dirty[p].Swap(false) || all {
 			ps.caughtUp = false // written since the last fetch
 		}
-		if ps.shed || ps.q.n > cfg.FetchSize/2 {
+		if ps.rewind {
+			// A failing key recovered: read its dropped records again.
+			ps.cursor = min(ps.cursor, ps.rewindTo)
+			ps.rewind, ps.caughtUp = false, false
+			for k := range ps.recov {
+				if !ps.q.isFailing(k) { // (it may have failed again)
+					delete(ps.trunc, k)
+				}
+			}
+			clear(ps.recov)
+		}
+		// Records of failing keys do not count: they hold back only their
+		// own key (one record each). The hard bound is reached only with
+		// more than FetchSize keys of the partition failing at once.
+		if ps.shed || ps.q.n-ps.q.blocked > cfg.FetchSize/2 || ps.q.n >= 2*cfg.FetchSize {
 			continue
 		}
 		if ps.caughtUp && !poll {
@@ -497,22 +529,22 @@ func (w *worker) fetched(res fetchResult) {
 		if ps == nil {
 			continue
 		}
-		if w.stale(rec) {
-			// Settled since this fetch started (a sweep found it first).
-			if rec.Seq > ps.cursor {
-				counts[rec.Partition]++
-				ps.cursor = rec.Seq
+		if rec.Seq > ps.cursor {
+			counts[rec.Partition]++
+			ps.cursor = rec.Seq
+			if rec.Seq > ps.high {
+				ps.high = rec.Seq
+			} else if ps.known(rec) {
+				continue // read again after a rewind
 			}
+		} else if ps.known(rec) {
 			continue
 		}
-		if rec.Seq <= ps.cursor {
-			if !ps.known(rec) {
-				ps.q.push(rec, now)
-			}
+		if w.stale(rec) || ps.held(rec) {
+			// Settled since this fetch started (a sweep found it first),
+			// or its key is failing: read again when it recovers.
 			continue
 		}
-		counts[rec.Partition]++
-		ps.cursor = rec.Seq
 		ps.q.push(rec, now)
 	}
 	for _, c := range res.cursors {
@@ -604,6 +636,11 @@ func (w *worker) swept(ctx context.Context, res sweepResult) {
 			if ps == nil || ref.Seq > ps.cursor || gone || queued[ref.ID] || ps.inflight[ref.ID] != nil || ps.settling[ref.ID] > 0 {
 				continue
 			}
+			if lowest, ok := ps.lowestTrunc(); ok && ref.Seq > lowest {
+				// Possibly a failing key's dropped record (a reference has
+				// no key): the rewind reads it when the key recovers.
+				continue
+			}
 			late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
 		}
 		if len(late) == 0 {
@@ -623,7 +660,7 @@ func (w *worker) swept(ctx context.Context, res sweepResult) {
 	for i := range res.recs {
 		rec := &res.recs[i]
 		ps := w.parts[rec.Partition]
-		if ps == nil || rec.Seq > ps.cursor || w.stale(rec) || ps.known(rec) {
+		if ps == nil || rec.Seq > ps.cursor || w.stale(rec) || ps.known(rec) || ps.held(rec) {
 			continue
 		}
 		w.r.log.Warn("late record found by the sweep", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
@@ -685,6 +722,67 @@ func fencedIn(fenced []Lease, l Lease) bool {
 		}
 	}
 	return false
+}
+
+// truncate records that the records of key k dropped from memory (a
+// failing key keeps its head only) are to be read again from the store.
+func (ps *partState) truncate(k string, dropped []*Record) {
+	if len(dropped) == 0 {
+		return
+	}
+	after := dropped[0].Seq - 1
+	for _, r := range dropped[1:] {
+		after = min(after, r.Seq-1) // late records come after higher Seqs
+	}
+	if cur, ok := ps.trunc[k]; !ok || after < cur {
+		ps.trunc[k] = after
+	}
+}
+
+// held reports whether rec must stay out of memory because its key is
+// failing: above the key's truncation point, or any new record of a
+// failing key (which then starts a truncation).
+func (ps *partState) held(rec *Record) bool {
+	k := queueKey(rec)
+	if after, ok := ps.trunc[k]; ok {
+		return rec.Seq > after
+	}
+	if ps.q.isFailing(k) {
+		ps.trunc[k] = rec.Seq - 1
+		return true
+	}
+	return false
+}
+
+// recovered is called when key k's head was delivered or dead-lettered:
+// if records of k were dropped while it failed, the next fetch rewinds the
+// cursor to read them again (and only then are they let in).
+func (ps *partState) recovered(k string) {
+	after, ok := ps.trunc[k]
+	if !ok {
+		return
+	}
+	ps.recov[k] = true
+	if !ps.rewind || after < ps.rewindTo {
+		ps.rewindTo = after
+	}
+	ps.rewind = true
+}
+
+// lowestTrunc returns the lowest truncation point of the partition's
+// failing keys, if any.
+func (ps *partState) lowestTrunc() (int64, bool) {
+	if len(ps.trunc) == 0 {
+		return 0, false
+	}
+	lowest := int64(math.MaxInt64)
+	for _, after := range ps.trunc {
+		lowest = min(lowest, after)
+	}
+	if ps.rewind {
+		lowest = min(lowest, ps.rewindTo)
+	}
+	return lowest, true
 }
 
 func (ps *partState) known(rec *Record) bool {
@@ -809,13 +907,15 @@ func (w *worker) handle(res publishResult) {
 		ps.settling[rec.ID]++
 		switch outcomes[i] {
 		case outcomeRetry:
-			// Retry later, holding back its key.
-			ps.q.pushFront(rec, now)
+			// Retry later, holding back its key (and only its key: what is
+			// queued behind it leaves memory until it recovers).
+			ps.truncate(queueKey(rec), ps.q.fail(rec, now))
 		case outcomeDead:
 			// The key stays held until the dead-lettering is written.
 			ps.deadHeld[rec.ID] = rec
 		default:
 			ps.q.done(rec, now) // the broker has it: the key goes on
+			ps.recovered(queueKey(rec))
 		}
 	}
 	if kept < len(res.recs) {
@@ -859,6 +959,7 @@ func (w *worker) settled(res settleResult) {
 			if rec := ps.deadHeld[f.ID]; rec != nil {
 				delete(ps.deadHeld, f.ID)
 				ps.q.done(rec, now) // written: the key goes on
+				ps.recovered(queueKey(rec))
 			}
 		}
 	}
