@@ -699,10 +699,9 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		}
 		pctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 		start := time.Now()
-		errs := r.pub.Publish(pctx, msgs)
+		errs := r.publish(pctx, ptrs, msgs)
 		cancel()
 		took := time.Since(start)
-		errs = fixErrs(errs, len(msgs))
 		now := r.cfg.Now()
 		var s Settlement
 		outcomes := make([]int, len(ptrs))
@@ -722,6 +721,39 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		r.emit(Event{Kind: EventSettled, Count: len(recs), Duration: time.Since(start)})
 		r.report(ptrs, outcomes, errs, took, now)
 	}
+}
+
+// publish publishes msgs (those of recs) and returns one result per
+// message. A record the store could not decode is not published: its
+// result is a permanent error saying what was wrong, so it is
+// dead-lettered alone while the others flow.
+func (r *Relay) publish(ctx context.Context, recs []*Record, msgs []*Message) []error {
+	bad := 0
+	for _, rec := range recs {
+		if rec.DecodeError != "" {
+			bad++
+		}
+	}
+	if bad == 0 {
+		return fixErrs(r.pub.Publish(ctx, msgs), len(msgs))
+	}
+	errs := make([]error, len(msgs))
+	good := make([]*Message, 0, len(msgs)-bad)
+	idx := make([]int, 0, len(msgs)-bad)
+	for i, rec := range recs {
+		if rec.DecodeError != "" {
+			errs[i] = Permanent(fmt.Errorf("outbox: the stored record cannot be decoded, so it is not published: %s", rec.DecodeError))
+			continue
+		}
+		good = append(good, msgs[i])
+		idx = append(idx, i)
+	}
+	if len(good) > 0 {
+		for j, err := range fixErrs(r.pub.Publish(ctx, good), len(good)) {
+			errs[idx[j]] = err
+		}
+	}
+	return errs
 }
 
 // fixErrs guards against publishers returning the wrong number of results:

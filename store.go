@@ -22,6 +22,13 @@ type Record struct {
 	NextAttemptAt time.Time
 	// LastError is the error of the last failed attempt, if any.
 	LastError string
+	// DecodeError, when not empty, says what was wrong with the stored
+	// row (headers that are not a map of strings, written by hand or by
+	// another producer): the store returns the record with what it could
+	// read, and the relay dead-letters it with this error, without
+	// publishing it, when it reaches the head of its key. A store never
+	// fails a whole fetch for one bad row.
+	DecodeError string
 }
 
 // Lease is a relay's ownership of one partition. Epoch increases every time

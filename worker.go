@@ -853,7 +853,7 @@ func (w *worker) launch(killCtx context.Context, batch []*Record, deadline time.
 		if ctx.Err() != nil {
 			errs = FillErrors(len(msgs), errNotAttempted)
 		} else {
-			errs = fixErrs(w.r.pub.Publish(ctx, msgs), len(msgs))
+			errs = w.r.publish(ctx, batch, msgs)
 		}
 		w.results <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
 	}()

@@ -206,9 +206,14 @@ func recordOf(item map[string]types.AttributeValue) (outbox.Record, error) {
 	if m, ok := item[attrHeaders].(*types.AttributeValueMemberM); ok && len(m.Value) > 0 {
 		r.Headers = make(map[string]string, len(m.Value))
 		for k, v := range m.Value {
-			if sv, ok := v.(*types.AttributeValueMemberS); ok {
-				r.Headers[k] = sv.Value
+			sv, ok := v.(*types.AttributeValueMemberS)
+			if !ok {
+				// One bad item must not stop the fetch, nor lose a header
+				// silently: the relay dead-letters it.
+				r.DecodeError = fmt.Sprintf("dynamodb: message %s: header %q is a %T, not a string (S) attribute", id, k, v)
+				continue
 			}
+			r.Headers[k] = sv.Value
 		}
 	}
 	shard, _ := getN(item, attrShard)

@@ -78,7 +78,9 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 		d.ID = formatUUID(id)
 		if headers != nil {
 			if err := json.Unmarshal([]byte(*headers), &d.Headers); err != nil {
-				return d, fmt.Errorf("dead letter %s: headers: %w", d.ID, err)
+				// A record dead-lettered because its headers could not be
+				// decoded: its LastError says so; list it without them.
+				d.Headers = nil
 			}
 		}
 		if d.Payload == nil {

@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -119,11 +117,7 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 		r.ID = formatUUID(id.Bytes)
 		r.Partition, r.Seq, r.Topic, r.Key = int(part.Int32), seq.Int64, topic.String, key.String
 		r.CreatedAt, r.Attempts = created.Time, int(att.Int32)
-		if headers != nil {
-			if err := json.Unmarshal([]byte(*headers), &r.Headers); err != nil {
-				return nil, "", fmt.Errorf("postgres: fetch: message %s: headers: %w", r.ID, err)
-			}
-		}
+		r.Headers, r.DecodeError = decodeHeaders(r.ID, headers)
 		if next.Valid {
 			r.NextAttemptAt = next.Time
 		}

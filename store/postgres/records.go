@@ -30,11 +30,7 @@ func scanRecord(row pgx.CollectableRow) (outbox.Record, error) {
 		return r, err
 	}
 	r.ID = formatUUID(id)
-	if headers != nil {
-		if err := json.Unmarshal([]byte(*headers), &r.Headers); err != nil {
-			return r, fmt.Errorf("message %s: headers: %w", r.ID, err)
-		}
-	}
+	r.Headers, r.DecodeError = decodeHeaders(r.ID, headers)
 	if next.Valid {
 		r.NextAttemptAt = next.Time
 	}
@@ -45,6 +41,21 @@ func scanRecord(row pgx.CollectableRow) (outbox.Record, error) {
 		r.Payload = []byte{}
 	}
 	return r, nil
+}
+
+// decodeHeaders decodes a headers column. A value that is not a JSON object
+// of strings (written by hand or by another producer) does not fail the
+// fetch: it comes back as the record's DecodeError, and the relay
+// dead-letters that record alone.
+func decodeHeaders(id string, headers *string) (map[string]string, string) {
+	if headers == nil {
+		return nil, ""
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(*headers), &h); err != nil {
+		return nil, fmt.Sprintf("postgres: message %s: the headers column is not a JSON object of strings (%v): %.200s", id, err, *headers)
+	}
+	return h, ""
 }
 
 func cursorArrays(cursors []outbox.Cursor) ([]int32, []int64) {

@@ -76,7 +76,9 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 			return nil, s.wrap("dead letters", err)
 		}
 		if d.Headers, err = decodeHeaders(headers); err != nil {
-			return nil, s.wrap("dead letters", fmt.Errorf("dead letter %s: %w", d.ID, err))
+			// Dead-lettered because its headers could not be decoded: its
+			// LastError says so; list it without them.
+			d.Headers = nil
 		}
 		d.CreatedAt = fromNanos(sql.NullInt64{Int64: created, Valid: true})
 		d.FailedAt = fromNanos(failed)

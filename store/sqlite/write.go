@@ -143,7 +143,7 @@ func decodeHeaders(h sql.NullString) (map[string]string, error) {
 	}
 	var m map[string]string
 	if err := json.Unmarshal([]byte(h.String), &m); err != nil {
-		return nil, fmt.Errorf("headers column holds invalid JSON: %w", err)
+		return nil, fmt.Errorf("the headers column is not a JSON object of strings: %w", err)
 	}
 	return m, nil
 }
@@ -162,7 +162,8 @@ func scanRecord(rows *sql.Rows) (outbox.Record, error) {
 	}
 	h, err := decodeHeaders(headers)
 	if err != nil {
-		return r, fmt.Errorf("message %s: %w", r.ID, err)
+		// One bad row must not stop the fetch: the relay dead-letters it.
+		r.DecodeError = fmt.Sprintf("sqlite: message %s: %v: %.200s", r.ID, err, headers.String)
 	}
 	r.Headers = h
 	r.CreatedAt = time.Unix(0, created).UTC()
