@@ -134,10 +134,14 @@ type Store interface {
 // FetchMarked returns what Fetch returns and, for each cursor with a Mark,
 // first the unpublished records with Seq <= After that were not yet
 // visible to the fetch that returned Mark (they committed after it). Per
-// partition the records come in Seq order. It also returns the mark of
-// this fetch (in PostgreSQL, its snapshot), to pass in the next cursors of
-// the same partitions. The relay uses FetchMarked instead of Fetch when a
-// store implements it.
+// partition the records come in Seq order, at most limit of them, late
+// records included: when the late records of a partition fill the limit
+// (a bulk transaction committed late), FetchMarked returns none above
+// After for it, and the mark it returns remembers where the next fetch
+// resumes. It also returns the mark of this fetch (in PostgreSQL, its
+// snapshot and those resume points), to pass in the next cursors of the
+// same partitions with After advanced past the returned records. The
+// relay uses FetchMarked instead of Fetch when a store implements it.
 type MarkedFetcher interface {
 	FetchMarked(ctx context.Context, cursors []Cursor, limit int) (recs []Record, mark string, err error)
 }

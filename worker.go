@@ -460,13 +460,13 @@ func (w *worker) fetched(res fetchResult) {
 		if ps == nil {
 			continue
 		}
+		counts[rec.Partition]++ // late records count too: a fetch may return only them, up to the limit
 		if rec.Seq <= ps.cursor {
 			if !ps.known(rec) {
 				ps.q.push(rec, now)
 			}
 			continue
 		}
-		counts[rec.Partition]++
 		ps.cursor = rec.Seq
 		ps.q.push(rec, now)
 	}
