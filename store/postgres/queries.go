@@ -36,9 +36,15 @@ SELECT count(*) FROM ins`
 	}
 	// The payload names the partitions written (comma-separated), so that
 	// only the relay workers owning them fetch; PostgreSQL delivers it on
-	// commit and folds identical notifications of one transaction.
+	// commit and folds identical notifications of one transaction. A
+	// payload must be shorter than block_size - 192 bytes (8,000 with the
+	// default 8 kB blocks; PostgreSQL refuses longer ones and the write,
+	// and the application's transaction, would fail): a longer list, a
+	// write touching some 1,600 partitions or more, sends "*" instead, any
+	// partition, and every relay worker fetches.
 	return q + `
-SELECT count(*), pg_notify($8, string_agg(DISTINCT partition::text, ',')) FROM ins`
+SELECT a.n, pg_notify($8, CASE WHEN a.parts IS NULL OR octet_length(a.parts) < current_setting('block_size')::integer - 192 THEN a.parts ELSE '` + notifyAnyPartition + `' END)
+FROM (SELECT count(*) AS n, string_agg(DISTINCT partition::text, ',') AS parts FROM ins) a`
 }
 
 // recordColumns are the columns scanned by scanRecord, from alias m.
