@@ -97,6 +97,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Unordered", testUnordered},
 		{"Status", testStatus},
 		{"DeadLetters", testDeadLetters},
+		{"RequeueInSeqOrder", testRequeueSeqOrder},
 		{"Subscribe", testSubscribe},
 		{"FetchMarked", testFetchMarked},
 	}

@@ -284,11 +284,11 @@ func settleSQL(n names, retention bool, node string, leases []int32, epochs []in
     USING unnest(` + q.arg(b.deadIdx) + `::integer[], ` + q.arg(b.deadIDs) + `::uuid[], ` + q.arg(b.deadAtt) + `::integer[], ` +
 			q.arg(b.deadErr) + `::text[]) AS d(i, id, attempts, err)` + from + `
     WHERE m.id = d.id AND m.published_at IS NULL` + where + `
-    RETURNING m.id, m.partition, m.topic, m.key, m.payload, m.headers, m.created_at, d.attempts, d.err
+    RETURNING m.id, m.seq, m.partition, m.topic, m.key, m.payload, m.headers, m.created_at, d.attempts, d.err
 ), buried AS (
-    INSERT INTO ` + n.deadLetters + ` (id, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
-    SELECT id, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM dead
-    ON CONFLICT (id) DO UPDATE SET partition = EXCLUDED.partition, topic = EXCLUDED.topic, key = EXCLUDED.key,
+    INSERT INTO ` + n.deadLetters + ` (id, seq, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
+    SELECT id, seq, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM dead
+    ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic, key = EXCLUDED.key,
         payload = EXCLUDED.payload, headers = EXCLUDED.headers, created_at = EXCLUDED.created_at,
         attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, failed_at = EXCLUDED.failed_at
 ), `)
