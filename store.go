@@ -104,8 +104,12 @@ type Store interface {
 	// other nodes can take them at once. Leases no longer held are ignored.
 	ReleaseLeases(ctx context.Context, node string, leases []Lease) error
 
-	// Leave removes node's heartbeat and releases every lease it holds.
-	Leave(ctx context.Context, node string) error
+	// Leave removes node's heartbeat and releases the leases node still
+	// holds with those epochs, as ReleaseLeases does: a lease taken again
+	// since with another epoch (by another process with the same node
+	// name, after this one's expired) is left alone. The relay passes
+	// every lease it holds.
+	Leave(ctx context.Context, node string, leases []Lease) error
 
 	// Fetch returns, for each cursor, up to limit unpublished records of
 	// that partition with Seq > After, in Seq order, including records

@@ -90,6 +90,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"LeaseExpiryTakeover", testLeaseExpiry},
 		{"LeasesSplitBetweenNodes", testLeaseSplit},
 		{"LeasesConcurrentAcquire", testLeaseConcurrent},
+		{"LeaveReleasesOnlyItsEpochs", testLeaveOwnEpochs},
 		{"Settle", testSettle},
 		{"SettleFenced", testSettleFenced},
 		{"Unsettled", testUnsettled},

@@ -255,15 +255,13 @@ func (s *Store) ReleaseLeases(ctx context.Context, node string, leases []outbox.
 	return nil
 }
 
-func (s *Store) Leave(ctx context.Context, node string) error {
+func (s *Store) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
+	if err := s.ReleaseLeases(ctx, node, leases); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.relays, node)
-	for p := range s.leases {
-		if s.leases[p].owner == node {
-			s.leases[p].owner, s.leases[p].expires = "", time.Time{}
-		}
-	}
 	return nil
 }
 

@@ -122,7 +122,9 @@ FROM unnest($2::integer[], $3::bigint[]) AS h(p, e)
 WHERE l.partition = h.p AND l.epoch = h.e AND l.owner = $1`
 
 	q.leave = `WITH released AS (
-    UPDATE ` + n.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1
+    UPDATE ` + n.leases + ` l SET owner = NULL, expires_at = NULL
+    FROM unnest($2::integer[], $3::bigint[]) AS h(p, e)
+    WHERE l.partition = h.p AND l.epoch = h.e AND l.owner = $1
 )
 DELETE FROM ` + n.relays + ` WHERE node = $1`
 
