@@ -292,7 +292,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 func (r *Relay) leave(killCtx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(killCtx), r.cfg.PublishTimeout)
 	defer cancel()
-	if err := r.store.Leave(ctx, r.cfg.Node); err != nil {
+	if err := r.store.Leave(ctx, r.cfg.Node, r.heldLeases()); err != nil {
 		r.log.Warn("leave failed; leases expire by themselves", "err", err)
 		r.fail(fmt.Errorf("outbox: leave: %w (the leases expire by themselves after Config.LeaseTTL)", err))
 	}

@@ -111,8 +111,12 @@ type Store interface {
 	// other nodes can take them at once. Leases no longer held are ignored.
 	ReleaseLeases(ctx context.Context, node string, leases []Lease) error
 
-	// Leave removes node's heartbeat and releases every lease it holds.
-	Leave(ctx context.Context, node string) error
+	// Leave removes node's heartbeat and releases the leases node still
+	// holds with those epochs, as ReleaseLeases does: a lease taken again
+	// since with another epoch (by another process with the same node
+	// name, after this one's expired) is left alone. The relay passes
+	// every lease it holds.
+	Leave(ctx context.Context, node string, leases []Lease) error
 
 	// Fetch returns, for each cursor, up to limit unpublished records of
 	// that partition with Seq > After, in Seq order, including records
@@ -141,10 +145,14 @@ type Store interface {
 // FetchMarked returns what Fetch returns and, for each cursor with a Mark,
 // first the unpublished records with Seq <= After that were not yet
 // visible to the fetch that returned Mark (they committed after it). Per
-// partition the records come in Seq order. It also returns the mark of
-// this fetch (in PostgreSQL, its snapshot), to pass in the next cursors of
-// the same partitions. The relay uses FetchMarked instead of Fetch when a
-// store implements it.
+// partition the records come in Seq order, at most limit of them, late
+// records included: when the late records of a partition fill the limit
+// (a bulk transaction committed late), FetchMarked returns none above
+// After for it, and the mark it returns remembers where the next fetch
+// resumes. It also returns the mark of this fetch (in PostgreSQL, its
+// snapshot and those resume points), to pass in the next cursors of the
+// same partitions with After advanced past the returned records. The
+// relay uses FetchMarked instead of Fetch when a store implements it.
 type MarkedFetcher interface {
 	FetchMarked(ctx context.Context, cursors []Cursor, limit int) (recs []Record, mark string, err error)
 }

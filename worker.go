@@ -529,8 +529,8 @@ func (w *worker) fetched(res fetchResult) {
 		if ps == nil {
 			continue
 		}
+		counts[rec.Partition]++ // late records count too: a fetch may return only them, up to the limit
 		if rec.Seq > ps.cursor {
-			counts[rec.Partition]++
 			ps.cursor = rec.Seq
 			if rec.Seq > ps.high {
 				ps.high = rec.Seq

@@ -66,8 +66,8 @@ func testLeases(s *suite) {
 	if got := sortLeases(s.acquire(b, taken, 0)); !slices.Equal(got, taken) {
 		s.Fatalf("after stale releases %s renewed %v, want %v", b, got, taken)
 	}
-	// Leave frees every lease of a node.
-	if err := s.s.Leave(s.ctx, a); err != nil {
+	// Leave frees the leases a node holds.
+	if err := s.s.Leave(s.ctx, a, kept); err != nil {
 		s.Fatalf("Leave: %v", err)
 	}
 	got := sortLeases(s.acquire(c, nil, s.p))
@@ -80,7 +80,7 @@ func testLeases(s *suite) {
 		}
 	}
 	// want bounds what is taken.
-	if err := s.s.Leave(s.ctx, c); err != nil {
+	if err := s.s.Leave(s.ctx, c, got); err != nil {
 		s.Fatalf("Leave: %v", err)
 	}
 	if got := s.acquire(a, nil, 1); len(got) != 1 {
@@ -183,7 +183,7 @@ func testHeartbeat(s *suite) {
 	if n := hb("node-a", longTTL); n != 2 {
 		s.Fatalf("repeated heartbeat: %d live, want 2", n)
 	}
-	if err := s.s.Leave(s.ctx, "node-b"); err != nil {
+	if err := s.s.Leave(s.ctx, "node-b", nil); err != nil {
 		s.Fatalf("Leave: %v", err)
 	}
 	if n := hb("node-a", longTTL); n != 1 {
@@ -196,4 +196,42 @@ func testHeartbeat(s *suite) {
 		n, err := s.s.Heartbeat(s.ctx, "node-a", longTTL)
 		return n == 1, err
 	})
+}
+
+// testLeaveOwnEpochs: a relay process leaving releases only the leases it
+// held, with their epochs. Here its leases expired and another process
+// with the same node name (a restart, two replicas configured alike) took
+// them with higher epochs: the first one's Leave must leave them alone.
+func testLeaveOwnEpochs(s *suite) {
+	a, b := "node-a", "node-b"
+	old, err := s.s.AcquireLeases(s.ctx, a, nil, 1, shortTTL)
+	if err != nil || len(old) != 1 {
+		s.Fatalf("AcquireLeases = %v, %v; want 1 lease", old, err)
+	}
+	var again []outbox.Lease // the second process's leases
+	s.eventually("the expired lease taken again by the same node name", func() (bool, error) {
+		ls, err := s.s.AcquireLeases(s.ctx, a, again, s.p, longTTL)
+		again = ls
+		_, ok := leaseOf(ls, old[0].Partition)
+		return ok, err
+	})
+	if l, _ := leaseOf(again, old[0].Partition); l.Epoch <= old[0].Epoch {
+		s.Fatalf("lease taken again %v, want an epoch above %d", l, old[0].Epoch)
+	}
+	if err := s.s.Leave(s.ctx, a, old); err != nil {
+		s.Fatalf("Leave: %v", err)
+	}
+	if got := sortLeases(s.acquire(a, again, 0)); !slices.Equal(got, sortLeases(again)) {
+		s.Fatalf("after the first process left with %v, the second renewed %v, want all of %v", old, got, again)
+	}
+	if got := s.acquire(b, nil, s.p); len(got) != 0 {
+		s.Fatalf("%s took %v after the first %s left with %v", b, got, a, old)
+	}
+	// The second process's Leave frees them.
+	if err := s.s.Leave(s.ctx, a, again); err != nil {
+		s.Fatalf("Leave: %v", err)
+	}
+	if got := s.acquire(b, nil, s.p); len(got) != len(again) {
+		s.Fatalf("%s took %v after %s left with %v, want them all", b, got, a, again)
+	}
 }

@@ -418,3 +418,51 @@ func sortedCopy(ss []string) []string {
 	slices.Sort(ss)
 	return ss
 }
+
+// testRequeueSeqOrder: dead letters of one key go back in the order they
+// were first written (their original Seq), not in the order of their
+// CreatedAt, which is the writer's clock and may go backwards between
+// writers.
+func testRequeueSeqOrder(s *suite) {
+	dls, ok := s.s.(outbox.DeadLetterStore)
+	if !ok {
+		s.Skip("the store does not implement outbox.DeadLetterStore")
+	}
+	key := "requeue-order-key"
+	p := outbox.PartitionOf(key, s.p)
+	msgs := newMessages(3, "requeue.order", key)
+	now := time.Now()
+	for i := range msgs { // each written by a writer whose clock is an hour behind the previous one
+		msgs[i].CreatedAt = now.Add(-time.Duration(i) * time.Hour)
+		s.write(msgs[i])
+	}
+	node := "node-a"
+	lease, _ := leaseOf(s.acquire(node, nil, s.p), p)
+	want := make([]string, len(msgs))
+	for i, m := range msgs {
+		want[i] = m.ID
+	}
+	inOrder := func(recs []outbox.Record) []string {
+		out := make([]string, len(recs))
+		for i, r := range recs {
+			out[i] = r.ID
+		}
+		return out
+	}
+	recs := s.fetch(p)
+	if got := inOrder(recs); !slices.Equal(got, want) {
+		s.Fatalf("fetched %v, want %v", got, want)
+	}
+	var dead []outbox.Failure
+	for _, r := range slices.Backward(recs) { // dead-lettered newest first
+		dead = append(dead, outbox.Failure{ID: r.ID, Partition: p, Attempts: 1, Err: "x"})
+	}
+	s.settle(node, outbox.Settlement{Lease: lease, Dead: dead})
+	if n, err := dls.Requeue(s.ctx, outbox.DeadLetterFilter{Topic: "requeue.order"}); err != nil || n != 3 {
+		s.Fatalf("Requeue = %d, %v; want 3", n, err)
+	}
+	back := s.fetch(p)
+	if got := inOrder(back); !slices.Equal(got, want) {
+		s.Fatalf("after Requeue: records in Seq order %v, want the original order %v", got, want)
+	}
+}

@@ -90,6 +90,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"LeaseExpiryTakeover", testLeaseExpiry},
 		{"LeasesSplitBetweenNodes", testLeaseSplit},
 		{"LeasesConcurrentAcquire", testLeaseConcurrent},
+		{"LeaveReleasesOnlyItsEpochs", testLeaveOwnEpochs},
 		{"Settle", testSettle},
 		{"SettleFenced", testSettleFenced},
 		{"Unsettled", testUnsettled},
@@ -97,6 +98,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Unordered", testUnordered},
 		{"Status", testStatus},
 		{"DeadLetters", testDeadLetters},
+		{"RequeueInSeqOrder", testRequeueSeqOrder},
 		{"Subscribe", testSubscribe},
 		{"FetchMarked", testFetchMarked},
 	}

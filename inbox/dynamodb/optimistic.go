@@ -21,8 +21,8 @@ var ErrConflict = errors.New("inbox/dynamodb: conflict: the item changed since i
 // or 412 Precondition Failed when the version came from an If-Match header.
 type ConflictError struct {
 	Table string
-	// Expected is the version the write required (0: no item, or an item
-	// without a version).
+	// Expected is the version the write required (0: no item, an item
+	// without a version, or one at version 0).
 	Expected int64
 	// Actual is the stored version when DynamoDB returned the item with the
 	// failure (ReturnValuesOnConditionCheckFailure), else -1 (unknown).
@@ -144,7 +144,8 @@ func versionOf(it Item, attr string) (int64, error) {
 }
 
 // Put writes item (which must hold the primary key) if the stored version
-// is still expected (0: no item, or one without a version), with version
+// is still expected (0: no item, one without a version, or one at version
+// 0), with version
 // expected+1, and returns the new version. If the version changed it returns
 // a *[ConflictError]. One request; no retries.
 func (o *Optimistic) Put(ctx context.Context, item Item, expected int64) (int64, error) {
@@ -160,11 +161,13 @@ func (o *Optimistic) Put(ctx context.Context, item Item, expected int64) (int64,
 		ExpressionAttributeNames:            map[string]string{"#v": o.cfg.VersionAttribute},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
+	in.ExpressionAttributeValues = Item{":expected": &types.AttributeValueMemberN{Value: strconv.FormatInt(expected, 10)}}
 	if expected == 0 {
-		in.ConditionExpression = aws.String("attribute_not_exists(#v)")
+		// Version 0 is no item, an item without a version, or one whose
+		// version attribute holds 0 (Get reads all three as 0).
+		in.ConditionExpression = aws.String("attribute_not_exists(#v) OR #v = :expected")
 	} else {
 		in.ConditionExpression = aws.String("#v = :expected")
-		in.ExpressionAttributeValues = Item{":expected": &types.AttributeValueMemberN{Value: strconv.FormatInt(expected, 10)}}
 	}
 	if _, err := o.client.PutItem(ctx, in); err != nil {
 		var ccf *types.ConditionalCheckFailedException

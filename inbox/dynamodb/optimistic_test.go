@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	idyn "github.com/outboxrelay/outbox/inbox/dynamodb"
@@ -135,5 +137,44 @@ func TestOptimisticUpdateRetries(t *testing.T) {
 	})
 	if !errors.Is(err, idyn.ErrConflict) {
 		t.Fatalf("lost race with MaxAttempts 1: err = %v; want ErrConflict", err)
+	}
+}
+
+// TestOptimisticVersionZero: an item whose version attribute holds 0
+// (created by other code, or migrated) has version 0, as an item without
+// one; Update and Put with expected 0 must succeed on it, not conflict
+// forever.
+func TestOptimisticVersionZero(t *testing.T) {
+	t.Parallel()
+	client, table := setup(t)
+	o, err := idyn.NewOptimistic(client, idyn.OptimisticConfig{Table: table, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, pk := range []string{"zero-update", "zero-put"} {
+		if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: idyn.Item{"pk": key(pk)["pk"], "version": num(0), "n": num(5)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	it, v, err := o.Update(ctx, key("zero-update"), func(cur idyn.Item) (idyn.Item, error) {
+		n, _ := strconv.Atoi(cur["n"].(*types.AttributeValueMemberN).Value)
+		return idyn.Item{"n": num(n + 1)}, nil
+	})
+	if err != nil || v != 1 {
+		t.Fatalf("Update of an item at version 0: version %d, %v; want 1", v, err)
+	}
+	if got := it["n"].(*types.AttributeValueMemberN).Value; got != "6" {
+		t.Fatalf("n = %s, want 6", got)
+	}
+	if got := numberAttr(t, client, table, "zero-update", "version"); got != 1 {
+		t.Fatalf("stored version %d, want 1", got)
+	}
+	if v, err := o.Put(ctx, idyn.Item{"pk": key("zero-put")["pk"]}, 0); err != nil || v != 1 {
+		t.Fatalf("Put expecting 0 on an item at version 0: %d, %v; want 1", v, err)
+	}
+	// Version 0 still conflicts with an item at another version.
+	if _, err := o.Put(ctx, idyn.Item{"pk": key("zero-put")["pk"]}, 0); !errors.Is(err, idyn.ErrConflict) {
+		t.Fatalf("Put expecting 0 on an item at version 1: %v; want ErrConflict", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -254,18 +255,16 @@ func (s *Store) ReleaseLeases(ctx context.Context, node string, leases []outbox.
 	return nil
 }
 
-func (s *Store) Leave(ctx context.Context, node string) error {
+func (s *Store) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
+	if err := s.ReleaseLeases(ctx, node, leases); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter("Leave"); err != nil {
 		return err
 	}
 	delete(s.relays, node)
-	for p := range s.leases {
-		if s.leases[p].owner == node {
-			s.leases[p].owner, s.leases[p].expires = "", time.Time{}
-		}
-	}
 	return nil
 }
 
@@ -308,38 +307,63 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 
 // FetchMarked implements outbox.MarkedFetcher: a mark is the number of
 // commits seen, and records below a cursor that committed after the mark
-// come first.
+// come first, at most limit records per cursor in all. When the late
+// records fill the limit, the returned mark carries, for that partition,
+// " <partition>/<resume>/<base>": the late records are still those that
+// committed after commit number base, minus those at or below seq resume
+// that this fetch saw (as PostgreSQL's marks do with snapshots).
 func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit int) ([]outbox.Record, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter("Fetch"); err != nil {
 		return nil, "", err
 	}
+	next := strconv.FormatInt(s.commits, 10)
 	var out []outbox.Record
 	for _, c := range cursors {
-		var seen int64 = -1
-		if c.Mark != "" {
-			fmt.Sscan(c.Mark, &seen)
-		}
-		n := 0
+		base, resume, seen := parseMark(c.Mark, c.Partition)
+		n, lastLate := 0, int64(0)
 		for _, e := range s.sorted(c.Partition) {
-			late := e.rec.Seq <= c.After && seen >= 0 && e.commitNo > seen
-			if e.rec.Seq <= c.After && !late {
-				continue
-			}
-			if !late && n == limit {
+			if n == limit {
 				break
+			}
+			if e.rec.Seq <= c.After {
+				late := base >= 0 && e.commitNo > base && (e.rec.Seq > resume || e.commitNo > seen)
+				if !late {
+					continue
+				}
+				lastLate = e.rec.Seq
 			}
 			r := e.rec
 			r.Payload = slices.Clone(r.Payload)
 			r.Headers = maps.Clone(r.Headers)
 			out = append(out, r)
-			if !late {
-				n++
-			}
+			n++
+		}
+		if lastLate > 0 && n == limit && lastLate == out[len(out)-1].Seq {
+			next += fmt.Sprintf(" %d/%d/%d", c.Partition, lastLate, base)
 		}
 	}
-	return out, strconv.FormatInt(s.commits, 10), nil
+	return out, next, nil
+}
+
+// parseMark returns the state of partition p in a mark of FetchMarked:
+// base is -1 without a mark; resume and seen are 0 unless a fetch was cut
+// short.
+func parseMark(mark string, p int) (base, resume, seen int64) {
+	if mark == "" {
+		return -1, 0, 0
+	}
+	fields := strings.Fields(mark)
+	base, _ = strconv.ParseInt(fields[0], 10, 64)
+	for _, f := range fields[1:] {
+		var fp int
+		var fr, fb int64
+		if _, err := fmt.Sscanf(f, "%d/%d/%d", &fp, &fr, &fb); err == nil && fp == p {
+			return fb, fr, base
+		}
+	}
+	return base, 0, 0
 }
 
 func (s *Store) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbox.RecordRef, error) {

@@ -351,8 +351,9 @@ func (s *Store) release(ctx context.Context, node string, p int, epoch *int64) e
 	return nil
 }
 
-// Leave removes node's heartbeat entry and releases every lease it holds.
-func (s *Store) Leave(ctx context.Context, node string) error {
+// Leave removes node's heartbeat entry and releases the leases node still
+// holds with those epochs (conditional writes, as ReleaseLeases).
+func (s *Store) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                s.table,
 		Key:                      keyOf(nodesKey),
@@ -364,17 +365,5 @@ func (s *Store) Leave(ctx context.Context, node string) error {
 	if err != nil && !isConditionFailed(err) {
 		return fmt.Errorf("dynamodb: remove heartbeat of %s: %w", node, err)
 	}
-	leases, err := s.readLeases(ctx, allPartitions(s.opts.Shards))
-	if err != nil {
-		return err
-	}
-	var owned []int
-	for p, l := range leases {
-		if l.owner == node {
-			owned = append(owned, p)
-		}
-	}
-	return parallel(ctx, len(owned), s.opts.Concurrency, func(ctx context.Context, i int) error {
-		return s.release(ctx, node, owned[i], nil)
-	})
+	return s.ReleaseLeases(ctx, node, leases)
 }

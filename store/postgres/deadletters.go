@@ -96,9 +96,11 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 
 // Requeue moves the dead letters matching f (Limit ignored) back into the
 // outbox in one statement: each gets a new Seq, after every message already
-// there (so after every message of its key), with attempts reset, in order
-// of creation. A dead letter whose ID is in the outbox again (written anew)
-// stays a dead letter. It returns how many moved.
+// there (so after every message of its key), with attempts reset, in the
+// order of their original Seq (dead letters from before migration 4, which
+// did not keep it, after the others, by CreatedAt). A dead letter whose ID
+// is in the outbox again (written anew) stays a dead letter. It returns how
+// many moved.
 func (s *Store) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {
 	if err := s.check("requeue"); err != nil {
 		return 0, err
@@ -111,10 +113,10 @@ func (s *Store) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, 
 	}
 	q.WriteString(`
       AND NOT EXISTS (SELECT 1 FROM ` + s.n.messages + ` m WHERE m.id = d.id)
-    RETURNING d.id, d.partition, d.topic, d.key, d.payload, d.headers, d.created_at
+    RETURNING d.id, d.seq, d.partition, d.topic, d.key, d.payload, d.headers, d.created_at
 )
 INSERT INTO ` + s.n.messages + ` (id, partition, topic, key, payload, headers, created_at)
-SELECT id, partition, topic, key, payload, headers, created_at FROM moved ORDER BY created_at, id`)
+SELECT id, partition, topic, key, payload, headers, created_at FROM moved ORDER BY seq NULLS LAST, created_at, id`)
 	tag, err := s.pool.Exec(ctx, q.String(), q.args...)
 	if err != nil {
 		return 0, s.wrap("requeue", err)

@@ -6,7 +6,9 @@
 // (pgx.Tx) or [WriteSQL] (database/sql on the pgx stdlib driver), or a
 // [Writer] built with non-default [Options]. A write is one INSERT … SELECT
 // FROM unnest(…) statement for any number of messages, plus a NOTIFY that
-// PostgreSQL delivers on commit. Messages exist if and only if the
+// PostgreSQL delivers on commit, naming the partitions written (or "*",
+// any partition, when the list would not fit in a NOTIFY payload: a write
+// never fails because of its wake-up). Messages exist if and only if the
 // transaction commits.
 //
 // # Tables

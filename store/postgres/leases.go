@@ -97,12 +97,14 @@ func (s *Store) ReleaseLeases(ctx context.Context, node string, leases []outbox.
 	return nil
 }
 
-// Leave removes node's heartbeat and frees every lease it holds.
-func (s *Store) Leave(ctx context.Context, node string) error {
+// Leave removes node's heartbeat and frees the leases node still holds
+// with those epochs, in one statement.
+func (s *Store) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
 	if err := s.check("leave"); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, s.q.leave, node); err != nil {
+	parts, epochs := leaseArrays(leases)
+	if _, err := s.pool.Exec(ctx, s.q.leave, node, parts, epochs); err != nil {
 		return s.wrap("leave", err)
 	}
 	return nil

@@ -2,6 +2,9 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -11,37 +14,65 @@ import (
 var _ outbox.MarkedFetcher = (*Store)(nil)
 
 // markedFetchSQL returns a first row holding only the statement's own
-// snapshot (the next mark), then, per cursor, the rows below the cursor
-// that the snapshot of the previous fetch (the cursor's mark) could not
-// see, then up to $4 rows above it, in seq order. (The snapshot once, not
-// in every row: rendering and sending it per row cost a quarter of the
-// relay's throughput.)
+// snapshot (the next mark), then, per cursor, up to $4 rows in seq order:
+// first the rows below the cursor that the snapshot of the previous fetch
+// (the cursor's mark) could not see (late rows), then rows above the
+// cursor. (The snapshot once, not in every row: rendering and sending it
+// per row cost a quarter of the relay's throughput.)
+//
+// Parameters, one array element per cursor: $1 partition, $2 after, $3 the
+// mark's snapshot (” for none), $5 resume and $6 seen (0 and ” unless a
+// previous fetch of that mark was cut short, see [markState]); $4 is the
+// limit.
 //
 // A row below the cursor that the mark could not see belongs to a
 // transaction in progress then (in the mark's xip list) or started after
 // it (txid >= xmax). Write takes the transaction ID before the sequence
 // number, so the latter cannot hold a number at or below the cursor; both
-// are looked up anyway, on the (partition, txid) index: a handful of index
-// probes per cursor, whatever the backlog and however many deleted rows
-// vacuum has not yet removed. (Scanning seq <= after instead walked every
-// deleted row of the partition on every fetch.)
+// are looked up anyway, on the (partition, txid) index: a handful of
+// index probes per cursor, instead of walking every row below the cursor
+// (deleted rows vacuum has not yet removed included) on every fetch. The
+// planner cannot tell the probes are selective (the snapshot is a
+// parameter), and given "seq <= cursor" as an index condition it walked
+// the pending index instead; hence "seq + 0", a filter, and OFFSET 0, which
+// keeps the ORDER BY from asking for the pending index's order. The late
+// rows found are few, and sorted alone.
 //
-// There is no outer ORDER BY, which would sort every fetched payload: the
-// nested loop keeps the cursors' order, the late rows (few) are sorted
-// alone, and the rows above come in index order; FetchMarked checks the
-// order anyway. Plan shape (EXPLAIN, PostgreSQL 15; checked by
-// TestQueryPlans):
+// The limit holds for the late rows too: a bulk transaction that commits
+// late comes back $4 rows at a time, and rows above the cursor come only
+// after every late row of the partition was returned (they would
+// otherwise be queued ahead of the late rows still unread, and a key's
+// late row must go out before its later rows). When a fetch returns $4
+// late rows of a partition, the next one resumes: the late rows still
+// unread are those the mark could not see minus those already returned,
+// which are exactly the ones at or below the last late row returned
+// (resume) that the cut-short fetch could see (seen). So a resumed fetch
+// looks up the rows at or below resume by the transactions seen could not
+// see (the same txid probes), then scans the pending index upwards from
+// resume, keeping the rows up to the cursor the mark could not see and
+// the rows above the cursor: each resumed fetch continues where the
+// previous one stopped, and the scan stops after $4 rows.
+//
+// Per cursor the branches are merged in seq order (Merge Append of sorted
+// inputs, no sort of the payloads); FetchMarked checks the order anyway.
+// Plan shape (EXPLAIN, PostgreSQL 15; checked by TestQueryPlans):
 //
 //	Append
 //	  ->  Result (the snapshot row)
 //	  ->  Nested Loop
 //	        ->  Function Scan on c
-//	        ->  Append
-//	              ->  Sort (Sort Key: y.seq)
-//	                    ->  ... Index Scan using <prefix>_messages_txid_idx
-//	                              Index Cond: ((partition = c.p) AND (txid = ANY (xip)) / (txid >= xmax))
-//	              ->  Limit
-//	                    ->  Index Scan using <prefix>_messages_pending_idx on <prefix>_messages y_1
+//	        ->  Limit
+//	              ->  Merge Append (Sort Key: y.seq)
+//	                    ->  Limit ->  Sort (Sort Key: y.seq)
+//	                          ->  Bitmap Heap Scan on <prefix>_messages y
+//	                                ->  BitmapOr
+//	                                      ->  Bitmap Index Scan on <prefix>_messages_txid_idx
+//	                                            Index Cond: ((partition = c.p) AND (txid = ANY ($n)))
+//	                                      ->  Bitmap Index Scan on <prefix>_messages_txid_idx
+//	                                            Index Cond: ((partition = c.p) AND (txid >= pg_snapshot_xmax(s.probe)))
+//	                    ->  Limit ->  Index Scan using <prefix>_messages_pending_idx on <prefix>_messages y_1
+//	                          Index Cond: ((partition = c.p) AND (seq > c.resume))  (resumed)
+//	                    ->  Limit ->  Index Scan using <prefix>_messages_pending_idx on <prefix>_messages y_2
 //	                          Index Cond: ((partition = c.p) AND (seq > c.after))
 func markedFetchSQL(n names) string {
 	// The first branch is one row holding the statement's snapshot (the
@@ -50,21 +81,72 @@ func markedFetchSQL(n names) string {
 	return `SELECT pg_current_snapshot()::text, NULL::uuid, NULL::integer, NULL::bigint, NULL::text, NULL::text, NULL::bytea, NULL::text, NULL::timestamptz, NULL::integer, NULL::timestamptz, NULL::text
 UNION ALL
 SELECT NULL, ` + recordColumns + `
-FROM unnest($1::integer[], $2::bigint[], $3::text[]) AS c(p, after, mark)
+FROM unnest($1::integer[], $2::bigint[], $3::text[], $5::bigint[], $6::text[]) AS c(p, after, mark, resume, seen)
 CROSS JOIN LATERAL (
-    (SELECT * FROM ` + n.messages + ` y
-     WHERE c.mark <> '' AND y.partition = c.p AND y.published_at IS NULL
-       AND (y.txid = ANY (ARRAY(SELECT pg_snapshot_xip(c.mark::pg_snapshot)))
-            OR y.txid >= pg_snapshot_xmax(c.mark::pg_snapshot))
-       AND y.seq <= c.after
-       AND NOT pg_visible_in_snapshot(y.txid, c.mark::pg_snapshot)
-     ORDER BY y.seq)
-    UNION ALL
-    (SELECT * FROM ` + n.messages + ` y
-     WHERE y.partition = c.p AND y.seq > c.after AND y.published_at IS NULL
-     ORDER BY y.seq
-     LIMIT $4)
+    SELECT NULLIF(c.mark, '')::pg_snapshot AS mark,
+        NULLIF(CASE WHEN c.resume > 0 THEN c.seen ELSE c.mark END, '')::pg_snapshot AS probe,
+        CASE WHEN c.resume > 0 THEN c.resume ELSE c.after END AS probe_to
+) s
+CROSS JOIN LATERAL (
+    SELECT * FROM (
+        (SELECT * FROM (
+            SELECT * FROM ` + n.messages + ` y
+            WHERE s.probe IS NOT NULL AND y.partition = c.p AND y.published_at IS NULL
+              AND (y.txid = ANY (ARRAY(SELECT pg_snapshot_xip(s.probe))) OR y.txid >= pg_snapshot_xmax(s.probe))
+              AND y.seq + 0 <= s.probe_to
+              AND NOT pg_visible_in_snapshot(y.txid, s.probe)
+            OFFSET 0) y
+         ORDER BY y.seq
+         LIMIT $4)
+        UNION ALL
+        (SELECT * FROM ` + n.messages + ` y
+         WHERE c.resume > 0 AND y.partition = c.p AND y.seq > c.resume AND y.published_at IS NULL
+           AND (y.seq > c.after OR NOT pg_visible_in_snapshot(y.txid, s.mark))
+         ORDER BY y.seq
+         LIMIT $4)
+        UNION ALL
+        (SELECT * FROM ` + n.messages + ` y
+         WHERE c.resume <= 0 AND y.partition = c.p AND y.seq > c.after AND y.published_at IS NULL
+         ORDER BY y.seq
+         LIMIT $4)
+    ) y
+    ORDER BY y.seq
+    LIMIT $4
 ) m`
+}
+
+// markState is what a cursor's Mark says about its partition. A mark is
+// the text of a fetch's snapshot, followed, for each partition whose late
+// rows that fetch cut short at the limit, by " <partition>/<resume>/<base>":
+// base is the snapshot the late rows are still measured against (the mark
+// the cut-short fetch was given), resume the seq of the last late row it
+// returned, and the leading snapshot is then "seen", what it could see.
+// Marks live in the relay's memory only, so their format can change.
+type markState struct {
+	base   string // snapshot text; '' for none
+	resume int64  // 0 unless cut short
+	seen   string // with resume: the cut-short fetch's snapshot
+}
+
+// parseMark returns the state of partition p in mark.
+func parseMark(mark string, p int) (markState, error) {
+	snap, rest, _ := strings.Cut(mark, " ")
+	prefix := strconv.Itoa(p) + "/"
+	for rest != "" {
+		var field string
+		field, rest, _ = strings.Cut(rest, " ")
+		tail, ok := strings.CutPrefix(field, prefix)
+		if !ok {
+			continue
+		}
+		resume, base, ok := strings.Cut(tail, "/")
+		n, err := strconv.ParseInt(resume, 10, 64)
+		if !ok || err != nil || n <= 0 || base == "" {
+			return markState{}, fmt.Errorf("postgres: fetch: the mark of partition %d is not one FetchMarked returned: %q", p, field)
+		}
+		return markState{base: base, resume: n, seen: snap}, nil
+	}
+	return markState{base: snap}, nil
 }
 
 // FetchMarked implements outbox.MarkedFetcher in one query: the records of
@@ -79,11 +161,18 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 		return nil, "", err
 	}
 	parts, afters := cursorArrays(cursors)
-	marks := make([]string, len(cursors))
+	states := make([]markState, len(cursors))
+	bases := make([]string, len(cursors))
+	resumes := make([]int64, len(cursors))
+	seens := make([]string, len(cursors))
 	for i, c := range cursors {
-		marks[i] = c.Mark
+		st, err := parseMark(c.Mark, c.Partition)
+		if err != nil {
+			return nil, "", err
+		}
+		states[i], bases[i], resumes[i], seens[i] = st, st.base, st.resume, st.seen
 	}
-	rows, err := s.pool.Query(ctx, markedFetchSQL(s.n), parts, afters, marks, limit)
+	rows, err := s.pool.Query(ctx, markedFetchSQL(s.n), parts, afters, bases, limit, resumes, seens)
 	if err != nil {
 		return nil, "", s.wrap("fetch", err)
 	}
@@ -133,5 +222,46 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 		return nil, "", s.wrap("fetch", err)
 	}
 	inSeqOrder(recs)
-	return recs, mark, nil
+	return recs, nextMark(mark, cursors, states, recs, limit), nil
+}
+
+// nextMark returns the mark of a fetch whose snapshot is snap: snap alone,
+// or followed by the state of each partition whose late rows the fetch
+// cut short (it returned limit of them; see markState).
+func nextMark(snap string, cursors []outbox.Cursor, states []markState, recs []outbox.Record, limit int) string {
+	type late struct {
+		n    int
+		last int64
+	}
+	after := make(map[int]int64, len(cursors))
+	for _, c := range cursors {
+		after[c.Partition] = c.After
+	}
+	var lates map[int]*late
+	for i := range recs {
+		r := &recs[i]
+		if a, ok := after[r.Partition]; ok && r.Seq <= a {
+			if lates == nil {
+				lates = map[int]*late{}
+			}
+			l := lates[r.Partition]
+			if l == nil {
+				l = &late{}
+				lates[r.Partition] = l
+			}
+			l.n++
+			l.last = max(l.last, r.Seq)
+		}
+	}
+	if lates == nil {
+		return snap
+	}
+	var b strings.Builder
+	b.WriteString(snap)
+	for i, c := range cursors {
+		if l := lates[c.Partition]; l != nil && l.n >= limit {
+			fmt.Fprintf(&b, " %d/%d/%s", c.Partition, l.last, states[i].base)
+		}
+	}
+	return b.String()
 }

@@ -47,6 +47,11 @@ func (s *Store) SubscribePartitions(ctx context.Context, fn func(partitions []in
 	}
 }
 
+// notifyAnyPartition is the payload of a write's notification when the
+// list of its partitions would not fit in a NOTIFY payload (less than
+// 8,000 bytes with PostgreSQL's default block size): "any partition".
+const notifyAnyPartition = "*"
+
 // parsePartitions reads a comma-separated list of partition numbers, or
 // returns nil when the payload is not one.
 func parsePartitions(payload string) []int {

@@ -36,9 +36,15 @@ SELECT count(*) FROM ins`
 	}
 	// The payload names the partitions written (comma-separated), so that
 	// only the relay workers owning them fetch; PostgreSQL delivers it on
-	// commit and folds identical notifications of one transaction.
+	// commit and folds identical notifications of one transaction. A
+	// payload must be shorter than block_size - 192 bytes (8,000 with the
+	// default 8 kB blocks; PostgreSQL refuses longer ones and the write,
+	// and the application's transaction, would fail): a longer list, a
+	// write touching some 1,600 partitions or more, sends "*" instead, any
+	// partition, and every relay worker fetches.
 	return q + `
-SELECT count(*), pg_notify($8, string_agg(DISTINCT partition::text, ',')) FROM ins`
+SELECT a.n, pg_notify($8, CASE WHEN a.parts IS NULL OR octet_length(a.parts) < current_setting('block_size')::integer - 192 THEN a.parts ELSE '` + notifyAnyPartition + `' END)
+FROM (SELECT count(*) AS n, string_agg(DISTINCT partition::text, ',') AS parts FROM ins) a`
 }
 
 // recordColumns are the columns scanned by scanRecord, from alias m.
@@ -116,7 +122,9 @@ FROM unnest($2::integer[], $3::bigint[]) AS h(p, e)
 WHERE l.partition = h.p AND l.epoch = h.e AND l.owner = $1`
 
 	q.leave = `WITH released AS (
-    UPDATE ` + n.leases + ` SET owner = NULL, expires_at = NULL WHERE owner = $1
+    UPDATE ` + n.leases + ` l SET owner = NULL, expires_at = NULL
+    FROM unnest($2::integer[], $3::bigint[]) AS h(p, e)
+    WHERE l.partition = h.p AND l.epoch = h.e AND l.owner = $1
 )
 DELETE FROM ` + n.relays + ` WHERE node = $1`
 
@@ -278,11 +286,11 @@ func settleSQL(n names, retention bool, node string, leases []int32, epochs []in
     USING unnest(` + q.arg(b.deadIdx) + `::integer[], ` + q.arg(b.deadIDs) + `::uuid[], ` + q.arg(b.deadAtt) + `::integer[], ` +
 			q.arg(b.deadErr) + `::text[]) AS d(i, id, attempts, err)` + from + `
     WHERE m.id = d.id AND m.published_at IS NULL` + where + `
-    RETURNING m.id, m.partition, m.topic, m.key, m.payload, m.headers, m.created_at, d.attempts, d.err
+    RETURNING m.id, m.seq, m.partition, m.topic, m.key, m.payload, m.headers, m.created_at, d.attempts, d.err
 ), buried AS (
-    INSERT INTO ` + n.deadLetters + ` (id, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
-    SELECT id, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM dead
-    ON CONFLICT (id) DO UPDATE SET partition = EXCLUDED.partition, topic = EXCLUDED.topic, key = EXCLUDED.key,
+    INSERT INTO ` + n.deadLetters + ` (id, seq, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
+    SELECT id, seq, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM dead
+    ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic, key = EXCLUDED.key,
         payload = EXCLUDED.payload, headers = EXCLUDED.headers, created_at = EXCLUDED.created_at,
         attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, failed_at = EXCLUDED.failed_at
 ), `)

@@ -335,9 +335,10 @@ func TestOneStatement(t *testing.T) {
 func TestQueryPlans(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	// A backlog written directly, faster than through Write.
-	if _, err := b.store.Pool().Exec(b.ctx, `INSERT INTO `+b.store.n.messages+` (id, partition, topic, payload, created_at)
-SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now() FROM generate_series(1, 100000) AS i`, testPartitions); err != nil {
+	// A backlog written directly, faster than through Write, with a
+	// transaction ID per row as if each had been written alone.
+	if _, err := b.store.Pool().Exec(b.ctx, `INSERT INTO `+b.store.n.messages+` (id, partition, topic, payload, created_at, txid)
+SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text::xid8 FROM generate_series(1, 100000) AS i`, testPartitions); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.store.Pool().Exec(b.ctx, "ANALYZE "+b.store.n.messages); err != nil {
@@ -366,11 +367,23 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now() FROM generate_ser
 	if err := b.store.Pool().QueryRow(b.ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
 		t.Fatal(err)
 	}
-	for _, marks := range [][]string{{"", "", ""}, {snap, snap, snap}} {
-		plan = explain(markedFetchSQL(b.store.n), parts, afters, marks, outbox.FetchSizeDefault)
+	none, snaps := []string{"", "", ""}, []string{snap, snap, snap}
+	for _, args := range [][2]any{
+		{none, none}, {snaps, none}, // no marks, marks
+		{snaps, snaps}, // late rows cut short: resume at seq 5
+	} {
+		resumes := []int64{0, 0, 0}
+		if args[1].([]string)[0] != "" {
+			resumes = []int64{5, 5, 5}
+		}
+		plan = explain(markedFetchSQL(b.store.n), parts, afters, args[0], outbox.FetchSizeDefault, resumes, args[1])
 		t.Logf("marked:\n%s", plan)
 		if strings.HasPrefix(plan, "Sort") || !strings.Contains(plan, "Index Scan using "+idx) || strings.Contains(plan, "Seq Scan") {
 			t.Errorf("FetchMarked sorts all rows or does not read %s in order:\n%s", idx, plan)
+		}
+		if txidIdx := b.opts.TablePrefix + "_messages_txid_idx"; !strings.Contains(plan, "Bitmap Index Scan on "+txidIdx) ||
+			strings.Contains(plan, "Index Cond: ((partition = c.p) AND (seq <=") {
+			t.Errorf("FetchMarked does not find late rows through %s, or walks the rows below the cursor:\n%s", txidIdx, plan)
 		}
 	}
 	plan = explain(b.store.q.unsettled, parts, afters)

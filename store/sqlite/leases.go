@@ -152,14 +152,17 @@ func (s *Store) ReleaseLeases(ctx context.Context, node string, leases []outbox.
 	return s.wrap("release leases", err)
 }
 
-// Leave removes node's heartbeat and releases every lease it holds.
-func (s *Store) Leave(ctx context.Context, node string) error {
+// Leave removes node's heartbeat and releases the leases node still holds
+// with those epochs, in one transaction.
+func (s *Store) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
 	if err := s.check("leave"); err != nil {
 		return err
 	}
 	err := s.inTx(ctx, func(c *sql.Conn) error {
-		if _, err := c.ExecContext(ctx, s.q.leaveLeases, node); err != nil {
-			return err
+		for _, l := range leases {
+			if _, err := c.ExecContext(ctx, s.q.release, l.Partition, node, l.Epoch); err != nil {
+				return err
+			}
 		}
 		_, err := c.ExecContext(ctx, s.q.leaveNode, node)
 		return err

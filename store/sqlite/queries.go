@@ -45,7 +45,6 @@ type queries struct {
 	renewLease    string
 	takeLease     string
 	release       string
-	leaveLeases   string
 	leaveNode     string
 }
 
@@ -113,7 +112,6 @@ func newQueries(n names) queries {
 		renewLease:  "UPDATE " + n.leases + " SET expires_at = ? WHERE partition = ? AND owner = ? AND epoch = ?",
 		takeLease:   "UPDATE " + n.leases + " SET owner = ?, epoch = epoch + 1, expires_at = ? WHERE partition = ? AND epoch = ? RETURNING epoch",
 		release:     "UPDATE " + n.leases + " SET owner = NULL, expires_at = NULL WHERE partition = ? AND owner = ? AND epoch = ?",
-		leaveLeases: "UPDATE " + n.leases + " SET owner = NULL, expires_at = NULL WHERE owner = ?",
 		leaveNode:   "DELETE FROM " + n.relays + " WHERE node = ?",
 	}
 	for i, g := range cursorGroups {

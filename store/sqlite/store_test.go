@@ -516,7 +516,7 @@ func TestLeasesAndFencing(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0].Partition != 0 || got[0].Epoch != 2 {
 		t.Fatalf("c after a released 2: %v, %v", got, err)
 	}
-	if err := s.Leave(ctx, "a"); err != nil {
+	if err := s.Leave(ctx, "a", a3[2:]); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.AcquireLeases(ctx, "c", got, 100, time.Minute)
