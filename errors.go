@@ -5,9 +5,25 @@ import (
 	"fmt"
 )
 
-// PermanentError marks a publish failure that retrying cannot fix (no
-// stream for the subject, message too large for the broker, an
-// authorization failure). The relay dead-letters such a message at once.
+// Publish failures come in three kinds, and publishers classify each:
+//
+//   - The message itself can never be published (too large, invalid):
+//     [Permanent]. The relay dead-letters it at once (or holds its key,
+//     with Config.OnPermanent = PermanentHoldKey).
+//   - The destination is not usable (no stream or topic for it, not
+//     authorised, unroutable, full, or the broker unreachable, including a
+//     publish whose outcome is unknown): [Blocked]. The relay pauses that
+//     destination, spends no attempt and dead-letters nothing, probes it
+//     with backoff and keeps publishing to the others.
+//   - Anything else: retryable, with backoff, holding back only its key.
+//
+// A publisher that learns the broker stored the message already (a
+// duplicate acknowledgement) returns an error wrapping [ErrDuplicate]: it
+// counts as delivered.
+
+// PermanentError marks a publish failure that retrying cannot fix: the
+// message itself can never be published (too large for the broker,
+// invalid). The relay dead-letters such a message at once.
 type PermanentError struct{ Err error }
 
 func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
@@ -50,3 +66,46 @@ var ErrUnsupported = errors.New("outbox: not supported by this store")
 // passed before the publishes in hand were settled: they were abandoned and
 // stay in the outbox, to be published again (duplicates are possible).
 var ErrShutdownTimeout = errors.New("outbox: shutdown timed out; work in hand abandoned")
+
+// BlockedError marks a publish failure of the destination, not of the
+// message: no stream or topic for it, not authorised, unroutable, full, the
+// broker unreachable, or an outcome the publisher cannot know (a timeout
+// after which the broker may have stored the message). The relay spends no
+// attempt on it: it pauses the destination, probes it with backoff, and
+// publishes the message again when the destination works.
+type BlockedError struct {
+	// Destination is what is blocked: the message's topic.
+	Destination string
+	Err         error
+}
+
+func (e *BlockedError) Error() string {
+	return "destination " + e.Destination + " blocked: " + e.Err.Error()
+}
+func (e *BlockedError) Unwrap() error { return e.Err }
+
+// Blocked wraps err as a [BlockedError] of destination. Blocked(_, nil) is
+// nil.
+func Blocked(destination string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &BlockedError{Destination: destination, Err: err}
+}
+
+// IsBlocked reports whether err is or wraps a [BlockedError], and which
+// destination it names.
+func IsBlocked(err error) (destination string, ok bool) {
+	var b *BlockedError
+	if errors.As(err, &b) {
+		return b.Destination, true
+	}
+	return "", false
+}
+
+// ErrDuplicate is wrapped by a publish result when the broker acknowledged
+// the message as a duplicate of one it had stored already (same message ID
+// within its de-duplication window). The relay counts the message as
+// delivered, and reports the duplicate in its logs, Stats and hook events:
+// a duplicate that was not a retry means two messages share an ID.
+var ErrDuplicate = errors.New("outbox: the broker acknowledged a duplicate of a message it had stored")
