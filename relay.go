@@ -18,6 +18,14 @@ type Stats struct {
 	DeadLettered int64 // messages moved to the dead letters
 	Fenced       int64 // partitions lost to another relay while settling
 	Leases       int   // partition leases held now
+	// Blocked counts publishes refused for their destination (no attempt
+	// spent); Duplicates, messages the broker acknowledged as duplicates;
+	// Held, permanent failures that hold their key (PermanentHoldKey).
+	Blocked    int64
+	Duplicates int64
+	Held       int64
+	// BlockedDestinations is how many destinations are paused now.
+	BlockedDestinations int
 }
 
 // Relay drains an outbox [Store] to a [Publisher]: at least once, in commit
@@ -58,6 +66,7 @@ type Relay struct {
 	drainedCh chan struct{}
 
 	partitions int
+	dests      *destinations
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -65,6 +74,9 @@ type Relay struct {
 	dead      atomic.Int64
 	fenced    atomic.Int64
 	nLeases   atomic.Int64
+	blockedN  atomic.Int64
+	dupN      atomic.Int64
+	heldN     atomic.Int64
 }
 
 type heldLease struct {
@@ -97,7 +109,7 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 			return nil, fmt.Errorf("outbox: Config.Ordering %q needs a store with row locks (UnorderedStore): %w", cfg.Ordering, ErrUnsupported)
 		}
 	}
-	return &Relay{
+	r := &Relay{
 		store:     store,
 		pub:       pub,
 		cfg:       cfg,
@@ -106,8 +118,34 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		done:      make(chan struct{}),
 		drained:   map[int]int64{},
 		drainedCh: make(chan struct{}, 1),
-	}, nil
+	}
+	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
+	return r, nil
 }
+
+// Blocked returns the destinations the relay has paused because the broker
+// refused them as a whole (no stream or topic, not authorised, unroutable,
+// full, unreachable): their messages wait, spending no attempts, while
+// other destinations are published.
+func (r *Relay) Blocked() []BlockedDestination { return r.dests.list() }
+
+// observe updates the destinations' state with one publish result.
+func (r *Relay) observe(rec *Record, err error, now time.Time) {
+	switch {
+	case err == errNotAttempted:
+		r.dests.unprobe(rec.Topic)
+	case err == nil:
+		r.dests.reached(rec.Topic)
+	default:
+		if _, blocked := IsBlocked(err); blocked {
+			r.blockedN.Add(1)
+			r.dests.blocked(rec.Topic, err, now)
+		} else {
+			r.dests.reached(rec.Topic) // the broker answered for the message
+		}
+	}
+}
+
 
 // Config returns the relay's configuration with defaults filled in.
 func (r *Relay) Config() Config { return r.cfg }
@@ -225,6 +263,11 @@ func (r *Relay) Stats() Stats {
 		DeadLettered: r.dead.Load(),
 		Fenced:       r.fenced.Load(),
 		Leases:       int(r.nLeases.Load()),
+		Blocked:      r.blockedN.Load(),
+		Duplicates:   r.dupN.Load(),
+		Held:         r.heldN.Load(),
+
+		BlockedDestinations: int(r.dests.n.Load()),
 	}
 }
 
@@ -252,6 +295,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 			r.wake(i)
 		}
 	}
+	r.dests.wake = broadcast
 	wg.Go(func() { r.listen(workCtx) })
 	if c, ok := r.store.(Cleaner); ok {
 		wg.Go(func() { r.clean(workCtx, c) })
@@ -599,18 +643,39 @@ const (
 	outcomeDelivered = iota
 	outcomeRetry
 	outcomeDead
+	outcomeBlocked // the destination refused: nothing to settle, no attempt
 )
 
 // outcome turns a publish result into the settlement entry for one record,
 // updating the record for a retry, and returns which outcome it was.
 func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) int {
-	if err == nil {
+	if err == nil || errors.Is(err, ErrDuplicate) {
+		if err != nil {
+			r.dupN.Add(1)
+			r.emit(Event{Kind: EventDuplicate, Topic: rec.Topic, Count: 1, Err: err})
+			r.log.Warn("the broker acknowledged a duplicate (counted as delivered): a retry after a lost acknowledgement, or two messages sharing an ID", "id", rec.ID, "topic", rec.Topic, "err", err)
+		}
 		s.Delivered = append(s.Delivered, rec.ID)
 		return outcomeDelivered
+	}
+	if _, blocked := IsBlocked(err); blocked {
+		return outcomeBlocked
 	}
 	rec.Attempts++
 	rec.LastError = err.Error()
 	f := Failure{ID: rec.ID, Partition: rec.Partition, Attempts: rec.Attempts, Err: rec.LastError}
+	if IsPermanent(err) && r.cfg.OnPermanent == PermanentHoldKey {
+		// The user would rather stop the key than deliver it with a gap:
+		// the message stays at the head of its key, retried at the
+		// longest backoff, and says so every time.
+		rec.NextAttemptAt = now.Add(r.cfg.BackoffMax)
+		f.NextAttemptAt = rec.NextAttemptAt
+		s.Retry = append(s.Retry, f)
+		r.heldN.Add(1)
+		r.emit(Event{Kind: EventHeld, Topic: rec.Topic, Count: 1, Err: err})
+		r.log.Error("message failed permanently; its key is held (Config.OnPermanent = hold): fix it, or dead-letter it with `outbox dlq`", "id", rec.ID, "topic", rec.Topic, "key", rec.Key, "attempts", rec.Attempts, "retry_at", rec.NextAttemptAt, "err", err)
+		return outcomeRetry
+	}
 	if IsPermanent(err) || rec.Attempts >= r.cfg.MaxAttempts {
 		s.Dead = append(s.Dead, f)
 		r.log.Warn("dead-lettering message", "id", rec.ID, "topic", rec.Topic, "attempts", rec.Attempts, "err", err)
@@ -624,7 +689,7 @@ func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) in
 
 // report counts one publish and emits its hook events.
 func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.Duration, now time.Time) {
-	type counts struct{ n [3]int }
+	type counts struct{ n [4]int }
 	byTopic := map[string]*counts{}
 	var oldest time.Time
 	var firstErr error
@@ -666,7 +731,7 @@ func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.D
 // publish, settle and commit, again and again.
 func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
 	us := r.store.(UnorderedStore)
-	failures := 0
+	failures, blockedRounds := 0, 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
 		if err != nil {
@@ -705,8 +770,12 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		now := r.cfg.Now()
 		var s Settlement
 		outcomes := make([]int, len(ptrs))
+		nBlocked := 0
 		for i, rec := range ptrs {
-			outcomes[i] = r.outcome(rec, errs[i], now, &s)
+			r.observe(rec, errs[i], now)
+			if outcomes[i] = r.outcome(rec, errs[i], now, &s); outcomes[i] == outcomeBlocked {
+				nBlocked++ // left as it is: claimed again after a pause
+			}
 		}
 		sctx, scancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 		start = time.Now()
@@ -720,6 +789,14 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		}
 		r.emit(Event{Kind: EventSettled, Count: len(recs), Duration: time.Since(start)})
 		r.report(ptrs, outcomes, errs, took, now)
+		if nBlocked == len(recs) {
+			// Every message's destination is blocked: pause like a probe
+			// instead of claiming the same rows again at once.
+			blockedRounds++
+			sleepCtx(ctx, Backoff(blockedRounds, blockedProbeMin, blockedProbeMax))
+		} else {
+			blockedRounds = 0
+		}
 	}
 }
 

@@ -371,9 +371,15 @@ func (w *worker) syncLeases() {
 				settling:   map[string]int{},
 				deadHeld:   map[string]*Record{},
 				trunc:      map[string]int64{},
+				// q.hold is set below.
 				recov:      map[string]bool{},
 				shed:       h.shed,
 			}
+		}
+	}
+	for _, ps := range w.parts {
+		if ps.q.hold == nil {
+			ps.q.hold = r.dests.holdRecord
 		}
 	}
 	w.reorder()
@@ -815,6 +821,12 @@ func (w *worker) build(now time.Time) [][]*Record {
 			ps.inflight[rec.ID] = rec
 			recs = append(recs, rec)
 		}
+		for _, rec := range ps.q.spilled {
+			// A key held for its blocked destination keeps only its head.
+			ps.truncate(queueKey(rec), []*Record{rec})
+		}
+		clear(ps.q.spilled)
+		ps.q.spilled = ps.q.spilled[:0]
 	}
 	if n > 0 {
 		w.next = (w.next + 1) % n
@@ -871,6 +883,7 @@ func (w *worker) handle(res publishResult) {
 	outcomes := make([]int, len(res.recs))
 	kept := 0
 	for i, rec := range res.recs {
+		w.r.observe(rec, res.errs[i], now) // whatever became of the lease
 		ps := w.parts[rec.Partition]
 		if ps == nil || ps.inflight[rec.ID] != rec {
 			// The lease was lost meanwhile; the new owner publishes it.
@@ -881,6 +894,14 @@ func (w *worker) handle(res publishResult) {
 		if res.errs[i] == errNotAttempted {
 			// Never sent: back to the head of its key, nothing to settle.
 			ps.q.pushFront(rec, now)
+			outcomes[i] = -1
+			continue
+		}
+		if _, blocked := IsBlocked(res.errs[i]); blocked {
+			// The destination, not the message: no attempt spent, nothing
+			// to settle. The record waits at the head of its key (alone in
+			// memory) for its destination to work again.
+			ps.truncate(queueKey(rec), ps.q.fail(rec, now))
 			outcomes[i] = -1
 			continue
 		}
