@@ -77,7 +77,11 @@ type Relay struct {
 	blockedN  atomic.Int64
 	dupN      atomic.Int64
 	heldN     atomic.Int64
+	failLog   atomic.Int64 // unix nanos of the last "failing" log line
 }
+
+// failLogEvery rate-limits the WARN line of retryable publish failures.
+const failLogEvery = 10 * time.Second
 
 type heldLease struct {
 	Lease
@@ -453,9 +457,13 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // workCtx ending means shutdown has begun: stop taking new leases.
 func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 	failures := 0
+	var cut cutOff
 	for {
 		wait := r.cfg.HeartbeatInterval
-		if err := r.leaseRound(ctx, workCtx.Err() != nil); err != nil {
+		if cut.check(ctx, r) {
+			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
+		}
+		if err := r.leaseRound(ctx, workCtx.Err() != nil, cut.on); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -539,19 +547,24 @@ func (r *Relay) releaseDrained(ctx context.Context) error {
 }
 
 // leaseRound is one heartbeat: register, renew, shed or take leases.
-func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
+// With cutOff (the broker unreachable for a lease TTL), the relay does not
+// heartbeat, so other relays stop counting it, and hands every lease back.
+func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error {
 	ttl := r.cfg.LeaseTTL
 	// A slow round only shortens the publishing window (validity counts
 	// from its start), so it may take up to a third of the TTL.
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, ttl/3))
 	defer cancel()
 	start := time.Now()
-	live, err := r.store.Heartbeat(ctx, r.cfg.Node, ttl)
-	if err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+	live, share := 0, 0
+	if !cutOff {
+		var err error
+		if live, err = r.store.Heartbeat(ctx, r.cfg.Node, ttl); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		live = max(live, 1)
+		share = (r.partitions + live - 1) / live
 	}
-	live = max(live, 1)
-	share := (r.partitions + live - 1) / live
 	held := r.heldLeases()
 	want := 0
 	if !shuttingDown {
@@ -575,7 +588,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
 			keep = append(keep, l)
 		}
 	}
-	if shuttingDown {
+	if shuttingDown && !cutOff {
 		keep, shed = append(keep, shed...), nil // Leave releases them all
 	} else if len(keep) > share {
 		shed = append(shed, keep[share:]...)
@@ -714,8 +727,12 @@ func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.D
 			r.emit(Event{Kind: EventPublished, Topic: topic, Count: n, Duration: took})
 		}
 		if n := c.n[outcomeRetry]; n > 0 {
-			r.failed.Add(int64(n))
+			total := r.failed.Add(int64(n))
 			r.emit(Event{Kind: EventFailed, Topic: topic, Count: n, Err: firstErr})
+			last := r.failLog.Load()
+			if t := time.Now().UnixNano(); t-last >= int64(failLogEvery) && r.failLog.CompareAndSwap(last, t) {
+				r.log.Warn("publishes failing; retrying with backoff (logged at most every 10s)", "topic", topic, "failed", n, "failed_total", total, "err", firstErr)
+			}
 		}
 		if n := c.n[outcomeDead]; n > 0 {
 			r.dead.Add(int64(n))
@@ -848,4 +865,59 @@ func fixErrs(errs []error, n int) []error {
 		}
 	}
 	return out
+}
+
+// HealthChecker is implemented by publishers that can tell whether they
+// reach their broker now (a connection up, a metadata round trip). The
+// relay uses it to hand its leases back when it is cut off from the
+// broker, so relays that can publish take them over.
+type HealthChecker interface {
+	Healthy(ctx context.Context) error
+}
+
+// cutOff tracks whether the relay has been unable to reach its broker for a
+// lease TTL: it then hands its partitions back (and stops heartbeating, so
+// that other relays take them at once) until the broker is reachable again.
+// Only publishers that implement [HealthChecker] are judged: a blocked
+// destination alone (a deleted stream) must not make every relay give up.
+type cutOff struct {
+	since time.Time // first failed check of the current outage, or zero
+	on    bool
+}
+
+// check runs the health check and returns whether the relay is cut off.
+func (c *cutOff) check(ctx context.Context, r *Relay) bool {
+	hc, ok := r.pub.(HealthChecker)
+	if !ok {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	err := hc.Healthy(hctx)
+	cancel()
+	now := time.Now()
+	if err == nil {
+		if c.on {
+			r.log.Info("broker reachable again: taking partitions again", "cut_off_for", now.Sub(c.since).Round(time.Millisecond))
+		}
+		c.since, c.on = time.Time{}, false
+		return false
+	}
+	if ctx.Err() != nil {
+		return c.on
+	}
+	if c.since.IsZero() {
+		c.since = now
+		r.log.Warn("broker unreachable; partitions are handed back if it lasts a lease TTL", "err", err, "lease_ttl", r.cfg.LeaseTTL)
+	}
+	if !c.on && now.Sub(c.since) >= r.cfg.LeaseTTL {
+		c.on = true
+		r.log.Warn("cut off from the broker for a lease TTL: handing every partition back to relays that can publish", "err", err, "since", c.since)
+		// Stop counting as a live relay now, not when the heartbeat expires.
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		if err := r.store.Leave(lctx, r.cfg.Node, nil); err != nil {
+			r.log.Warn("removing the heartbeat failed; it expires by itself", "err", err)
+		}
+		cancel()
+	}
+	return c.on
 }

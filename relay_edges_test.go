@@ -438,3 +438,58 @@ func TestRelayDuplicateAckIsDelivered(t *testing.T) {
 	}
 	_ = written
 }
+
+// cutPublisher cannot reach its broker while down is set: every publish is
+// refused as blocked and Healthy fails.
+type cutPublisher struct {
+	broker
+	down atomic.Bool
+}
+
+func (p *cutPublisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	if p.down.Load() {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			errs[i] = outbox.Blocked(m.Topic, errors.New("nats: connection closed"))
+		}
+		return errs
+	}
+	return p.broker.Publish(ctx, msgs)
+}
+
+func (p *cutPublisher) Healthy(context.Context) error {
+	if p.down.Load() {
+		return errors.New("nats: not connected")
+	}
+	return nil
+}
+
+// A relay cut off from its broker for a lease TTL hands its partitions back
+// and stops counting as live, so a relay that can publish takes them over
+// and drains every key; when its broker comes back it takes its share
+// again. (It used to keep its partitions for the whole outage, stalling
+// their keys while the healthy relay could not take them.)
+func TestRelayCutOffFromBrokerHandsLeasesBack(t *testing.T) {
+	st := memstore.New(8, nil)
+	cfg := fastConfig()
+	cfg.LeaseTTL, cfg.HeartbeatInterval = 600*time.Millisecond, 50*time.Millisecond
+	cfg.PublishTimeout = 100 * time.Millisecond
+	pa := &cutPublisher{}
+	pa.down.Store(true)
+	cfgA := cfg
+	cfgA.Node = "a"
+	a := startRelay(t, st, pa, cfgA)
+	waitFor(t, "a holds every partition", 10*time.Second, func() bool { return a.Stats().Leases == 8 })
+	written := writeKeys(t, st, 400, 40)
+	pb := &cutPublisher{}
+	cfgB := cfg
+	cfgB.Node = "b"
+	b := startRelay(t, st, pb, cfgB)
+	waitFor(t, "b drains every key while a is cut off", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	check(t, written, pb.delivered())
+	if n := a.Stats().Leases; n != 0 {
+		t.Errorf("the cut-off relay still holds %d leases", n)
+	}
+	pa.down.Store(false)
+	waitFor(t, "a takes its share again", 20*time.Second, func() bool { return a.Stats().Leases > 0 && b.Stats().Leases < 8 })
+}
