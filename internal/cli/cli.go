@@ -38,6 +38,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/outboxrelay/outbox/internal/backends"
+	"github.com/outboxrelay/outbox/internal/buildinfo"
 )
 
 // Exit codes of the outbox command.
@@ -178,7 +179,9 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error.`,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 		PersistentPreRunE: a.prepare,
+		Version:           buildinfo.Read().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(a.env.Stdout)
 	root.SetErr(a.env.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

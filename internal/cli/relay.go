@@ -18,8 +18,11 @@ import (
 )
 
 // HTTPAddrDefault is where `outbox relay` serves /healthz, /readyz and
-// /metrics unless --http-addr says otherwise.
-const HTTPAddrDefault = "127.0.0.1:9090"
+// /metrics unless --http-addr says otherwise. Port 7467 stays clear of
+// Prometheus's own ports (9090 to 9094), of the exporter range 9100 to 9999
+// (all of it allocated), and of the ports development servers like (3000,
+// 8000, 8080).
+const HTTPAddrDefault = "127.0.0.1:7467"
 
 // httpShutdownTimeout bounds the HTTP server's graceful shutdown.
 const httpShutdownTimeout = 5 * time.Second
@@ -206,7 +209,7 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfoGauge())
 	hook, err := outboxprom.NewHook(reg)
 	if err != nil {
 		return err
