@@ -9,6 +9,15 @@ import (
 	"runtime/debug"
 )
 
+// These may be set with -ldflags "-X …" by a build that has no VCS
+// checkout (a container build whose context leaves .git out, a git
+// worktree, which the go command does not stamp): they fill in what
+// ReadBuildInfo lacks and never override it.
+var (
+	version  string // -X github.com/outboxrelay/outbox/internal/buildinfo.version=v1.2.3
+	revision string // -X github.com/outboxrelay/outbox/internal/buildinfo.revision=$(git rev-parse HEAD)
+)
+
 // Info describes a build.
 type Info struct {
 	// Version is the main module's version: a tag such as v1.2.0 when built
@@ -33,11 +42,22 @@ type Info struct {
 // Read returns the running binary's build information.
 func Read() Info {
 	info := Info{Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return info
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		info = fromBuildInfo(bi, info)
 	}
-	return fromBuildInfo(bi, info)
+	return withLinkerValues(info, version, revision)
+}
+
+// withLinkerValues fills the version and revision a build left unknown with
+// the values set at link time.
+func withLinkerValues(info Info, version, revision string) Info {
+	if version != "" && (info.Version == "(devel)" || info.Version == "(unknown)") {
+		info.Version = version
+	}
+	if revision != "" && info.Revision == "" {
+		info.Revision = revision
+	}
+	return info
 }
 
 func fromBuildInfo(bi *debug.BuildInfo, info Info) Info {

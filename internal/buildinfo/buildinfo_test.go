@@ -34,3 +34,14 @@ func TestReadInTest(t *testing.T) {
 		t.Fatalf("Read() = %+v", i)
 	}
 }
+
+func TestLinkerValuesFillOnlyTheGaps(t *testing.T) {
+	got := withLinkerValues(Info{Version: "(devel)"}, "v1.0.0", "abc")
+	if got.Version != "v1.0.0" || got.Revision != "abc" {
+		t.Fatalf("gaps not filled: %+v", got)
+	}
+	got = withLinkerValues(Info{Version: "v2.0.0", Revision: "def"}, "v1.0.0", "abc")
+	if got.Version != "v2.0.0" || got.Revision != "def" {
+		t.Fatalf("build info overridden: %+v", got)
+	}
+}
