@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,9 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	}
 	if err := client.Ping(ctx); err != nil {
 		client.Close()
+		if refused(err) {
+			return nil, fmt.Errorf("kafka: brokers %v refused the connection: %w", opts.Brokers, err)
+		}
 		return nil, fmt.Errorf("kafka: no broker of %v answers: %w; check Brokers (host:port of running Kafka brokers) and the network", opts.Brokers, err)
 	}
 	return &Publisher{client: client, opts: opts, topics: map[string]time.Time{}}, nil
@@ -373,4 +377,13 @@ func (s slogLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		lvl = slog.LevelInfo
 	}
 	s.l.Log(context.Background(), lvl, "kafka: "+strings.TrimSpace(msg), keyvals...)
+}
+
+// refused reports whether a broker answered Dial's ping with a refusal of
+// the credentials or the TLS handshake, rather than not answering.
+func refused(err error) bool {
+	var tlsErr *tls.CertificateVerificationError
+	var alert tls.AlertError
+	return errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.IllegalSaslState) ||
+		errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.As(err, &tlsErr) || errors.As(err, &alert)
 }

@@ -3,6 +3,7 @@ package natsjs
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -165,7 +166,13 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 	}, natsOpts...)
 	nc, err := nats.Connect(url, all...)
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: connect to %s: %w (is a NATS server with JetStream running there?)", redact.URL(url), err)
+		hint := " (is a NATS server with JetStream running there?)"
+		var tlsErr *tls.CertificateVerificationError
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
+			errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) || errors.As(err, &tlsErr) {
+			hint = "" // a server answered: it refused the credentials or TLS settings
+		}
+		return nil, fmt.Errorf("natsjs: connect to %s: %w%s", redact.URL(url), err, hint)
 	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(opts.MaxInFlight),

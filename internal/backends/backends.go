@@ -95,6 +95,16 @@ type BrokerOptions struct {
 	SubjectPrefix string
 	// Logger receives the publisher's connection events; nil discards them.
 	Logger *slog.Logger
+
+	// TLS configures TLS to any broker (NATS, Kafka, amqps://).
+	TLS BrokerTLS
+	// NATS are the credentials of nats:// and tls:// brokers.
+	NATS NATSAuth
+	// Kafka are the SASL credentials of kafka:// brokers.
+	Kafka KafkaSASL
+	// AMQP are the credentials of amqp:// and amqps:// brokers beyond the
+	// URL's.
+	AMQP AMQPAuth
 }
 
 // BrokerParams maps the broker URL query parameters the outbox reads to the
@@ -264,6 +274,9 @@ func preparePublisher(rawURL string, o BrokerOptions) (*url.URL, BrokerOptions, 
 		return nil, o, nil, err
 	}
 	if err := o.Validate(); err != nil {
+		return nil, o, nil, err
+	}
+	if err := o.checkSecurity(u.Scheme); err != nil {
 		return nil, o, nil, err
 	}
 	return u, o, open, nil

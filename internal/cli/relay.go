@@ -28,8 +28,9 @@ const HTTPAddrDefault = "127.0.0.1:7467"
 const httpShutdownTimeout = 5 * time.Second
 
 type relayFlags struct {
-	store  storeFlags
-	broker string
+	store    storeFlags
+	broker   string
+	security brokerSecurityFlags
 
 	maxInFlight   int
 	ackTimeout    time.Duration
@@ -73,6 +74,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs := cmd.Flags()
 	f.store.add(fs, storeFlagSet{retention: true})
 	fs.StringVar(&f.broker, "broker", "", "broker URL, such as "+brokerExample)
+	f.security.add(fs)
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "publishes awaiting an acknowledgement, per publisher (0: the broker's default)")
 	fs.DurationVar(&f.ackTimeout, "ack-timeout", 0, "wait for one broker acknowledgement at most this long (0: the broker's default)")
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", "", "put this right before every topic, usually ending with a dot (outbox. sends orders.created to outbox.orders.created)")
@@ -200,6 +202,9 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		AckTimeout:    f.ackTimeout,
 		SubjectPrefix: f.subjectPrefix,
 		Logger:        a.log,
+	}
+	if err := f.security.apply(a, &brokerOpts); err != nil {
+		return err
 	}
 	if err := f.store.check(a); err != nil {
 		return err
