@@ -168,8 +168,10 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 	if err != nil {
 		hint := " (is a NATS server with JetStream running there?)"
 		var tlsErr *tls.CertificateVerificationError
+		var alert tls.AlertError
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
-			errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) || errors.As(err, &tlsErr) {
+			errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
+			errors.As(err, &tlsErr) || errors.As(err, &alert) || strings.Contains(err.Error(), "tls error") {
 			hint = "" // a server answered: it refused the credentials or TLS settings
 		}
 		return nil, fmt.Errorf("natsjs: connect to %s: %w%s", redact.URL(url), err, hint)

@@ -89,11 +89,13 @@ func natsRefusal(err error, u *url.URL, o BrokerOptions) error {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
 		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
-		what := o.NATS.describe()
-		if u.User != nil && len(o.NATS.set()) == 0 {
-			what = "the credentials in --broker"
+		if len(o.NATS.set()) == 0 {
+			if u.User != nil {
+				return fmt.Errorf("the NATS server refused the credentials in --broker: %w", err)
+			}
+			return fmt.Errorf("the NATS server requires credentials; give --nats-creds-file, --nats-nkey-file, --nats-token-file or --nats-user: %w", err)
 		}
-		return fmt.Errorf("the NATS server refused %s: %w", what, err)
+		return fmt.Errorf("the NATS server refused %s: %w", o.NATS.describe(), err)
 	case errors.Is(err, nats.ErrSecureConnRequired):
 		return fmt.Errorf("the NATS server requires TLS: use a tls:// URL or give %s or %s: %w", BrokerTLSFlag, BrokerCAFileFlag, err)
 	case errors.Is(err, nats.ErrSecureConnWanted):

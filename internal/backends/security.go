@@ -108,7 +108,7 @@ func (a NATSAuth) describe() string {
 	case a.User != "":
 		return "user " + a.User + " and its password (--nats-user, --nats-password)"
 	}
-	return "no credentials (give --nats-creds-file, --nats-nkey-file, --nats-token or --nats-user)"
+	return "no credentials"
 }
 
 // Kafka SASL mechanisms.
@@ -238,7 +238,11 @@ func tlsRefusal(err error, t BrokerTLS) string {
 		return "the broker's TLS certificate is not valid for the host in --broker"
 	case errors.As(err, &invalid):
 		return "the broker's TLS certificate is invalid (" + invalid.Error() + ")"
-	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "unknown certificate authority"):
+	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "unknown certificate authority") ||
+		strings.Contains(msg, "closed by remote after TLS handshake"):
+		// With TLS 1.3 the server checks the client certificate after the
+		// handshake: the client may see the alert or only a closed
+		// connection.
 		if t.CertFile == "" {
 			return fmt.Sprintf("the broker requires a client certificate (mutual TLS); give %s and %s", BrokerCertFileFlag, BrokerKeyFileFlag)
 		}
