@@ -2,10 +2,10 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -85,8 +85,8 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	}
 	if err := client.Ping(ctx); err != nil {
 		client.Close()
-		if refused(err) {
-			return nil, fmt.Errorf("kafka: brokers %v refused the connection: %w", opts.Brokers, err)
+		if !unreachable(err) {
+			return nil, fmt.Errorf("kafka: brokers %v: %w", opts.Brokers, err)
 		}
 		return nil, fmt.Errorf("kafka: no broker of %v answers: %w; check Brokers (host:port of running Kafka brokers) and the network", opts.Brokers, err)
 	}
@@ -379,11 +379,10 @@ func (s slogLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	s.l.Log(context.Background(), lvl, "kafka: "+strings.TrimSpace(msg), keyvals...)
 }
 
-// refused reports whether a broker answered Dial's ping with a refusal of
-// the credentials or the TLS handshake, rather than not answering.
-func refused(err error) bool {
-	var tlsErr *tls.CertificateVerificationError
-	var alert tls.AlertError
-	return errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.IllegalSaslState) ||
-		errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.As(err, &tlsErr) || errors.As(err, &alert)
+// unreachable reports whether Dial's ping failed for want of a broker
+// answering (refused or timed-out connections), rather than a broker
+// refusing the credentials or the TLS handshake.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, context.DeadlineExceeded)
 }

@@ -276,7 +276,7 @@ func preparePublisher(rawURL string, o BrokerOptions) (*url.URL, BrokerOptions, 
 	if err := o.Validate(); err != nil {
 		return nil, o, nil, err
 	}
-	if err := o.checkSecurity(u.Scheme); err != nil {
+	if err := o.checkSecurity(u); err != nil {
 		return nil, o, nil, err
 	}
 	return u, o, open, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 
@@ -15,7 +16,6 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/kafka"
-	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Kafka broker: kafka://host:port,host:port (the seed brokers; port 9092
@@ -35,9 +35,6 @@ import (
 func init() { RegisterBroker("kafka", openKafka) }
 
 func openKafka(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, error) {
-	if u.User != nil || strings.Contains(u.Host, "@") {
-		return nil, Invalid(BrokerFlag, "%q holds credentials, which a Kafka URL cannot carry; give them with --kafka-sasl-mechanism, --kafka-sasl-user and --kafka-sasl-password-file (or the kafka-sasl-* keys of the --config file, or OUTBOX_KAFKA_SASL_* variables)", redact.URL(u.String()))
-	}
 	opts, err := kafka.ParseURL(u.String())
 	if err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
@@ -98,6 +95,14 @@ func kafkaRefusal(err error, o BrokerOptions) error {
 		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, --kafka-sasl-password): %w", o.Kafka.Mechanism, o.Kafka.User, err)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return fmt.Errorf("the Kafka brokers do not accept SASL %s (--kafka-sasl-mechanism): %w", o.Kafka.Mechanism, err)
+	case strings.Contains(err.Error(), "is TLS missing?") && !o.TLS.enabled():
+		return fmt.Errorf("the Kafka brokers require TLS; give --broker-ca-file (or --broker-tls for a certificate the system trusts): %w", err)
+	case strings.Contains(err.Error(), "is SASL missing?") && o.Kafka.Mechanism == "":
+		return fmt.Errorf("the Kafka brokers require SASL authentication; give --kafka-sasl-mechanism, --kafka-sasl-user and --kafka-sasl-password-file: %w", err)
+	case o.Kafka.Mechanism != "" && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "closed the connection")):
+		// Some brokers close the connection on failed authentication
+		// instead of answering SASL_AUTHENTICATION_FAILED.
+		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, --kafka-sasl-password): they closed the connection during authentication: %w", o.Kafka.Mechanism, o.Kafka.User, err)
 	}
 	if why := tlsRefusal(err, o.TLS); why != "" {
 		return fmt.Errorf("%s: %w", why, err)

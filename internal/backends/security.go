@@ -5,8 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Flag names of the broker security options, used in errors.
@@ -148,7 +151,8 @@ type AMQPAuth struct {
 
 // checkSecurity checks that only the options of the URL's broker are given
 // and that they fit together.
-func (o BrokerOptions) checkSecurity(scheme string) error {
+func (o BrokerOptions) checkSecurity(u *url.URL) error {
+	scheme := u.Scheme
 	other := func(flags []string, want string) error {
 		if len(flags) == 0 {
 			return nil
@@ -173,6 +177,9 @@ func (o BrokerOptions) checkSecurity(scheme string) error {
 	}
 	if isAMQP && o.TLS.enabled() && scheme != "amqps" {
 		return Invalid(BrokerFlag, "uses amqp://, but TLS options are given (%s); use amqps:// for TLS", strings.Join(o.TLS.given(), ", "))
+	}
+	if isKafka && (u.User != nil || strings.Contains(u.Host, "@")) {
+		return Invalid(BrokerFlag, "%q holds credentials, which a Kafka URL cannot carry; give them with --kafka-sasl-mechanism, --kafka-sasl-user and --kafka-sasl-password-file (or the kafka-sasl-* keys of the --config file, or OUTBOX_KAFKA_SASL_* variables)", redact.URL(u.String()))
 	}
 	if isNATS {
 		set := o.NATS.set()

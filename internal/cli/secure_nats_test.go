@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,12 +32,18 @@ func secretFile(t *testing.T, name, secret string) string {
 // broker, stops the relay, and checks that no output holds a secret.
 func relayPublishes(t *testing.T, count func() uint64, secrets []string, args ...string) {
 	t.Helper()
+	relayPublishesEnv(t, nil, count, secrets, args...)
+}
+
+// relayPublishesEnv is relayPublishes with environment variables.
+func relayPublishesEnv(t *testing.T, vars map[string]string, count func() uint64, secrets []string, args ...string) {
+	t.Helper()
 	const n = 20
 	dsn := migrated(t, 4)
 	write(t, dsn, messages("secure.test", n, 5))
 	base := count()
 	all := append([]string{"relay", "--store", dsn, "--http-addr", "127.0.0.1:0", "--log-level", "debug", "--poll-interval", "50ms"}, args...)
-	b := start(t, nil, all...)
+	b := start(t, vars, all...)
 	poll(t, "the messages to reach the broker", func() bool {
 		if code, done := b.exited(); done {
 			t.Fatalf("relay exited %d:\n%s", code, b.stderr)
@@ -280,4 +287,13 @@ func TestRelayNATSCreds(t *testing.T) {
 		creds, seed := foreignIssue("intruder")
 		relayRefused(t, "the NATS server refused the credentials file "+creds+" (--nats-creds-file)", []string{seed}, "--broker", s.ClientURL(), "--nats-creds-file", creds)
 	})
+}
+
+// clientTLS is a client tls.Config trusting pki, with cert if not nil.
+func clientTLS(pki *testenv.PKI, cert *testenv.Cert) *tls.Config {
+	cfg := &tls.Config{RootCAs: pki.Pool(), MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{cert.TLS}
+	}
+	return cfg
 }
