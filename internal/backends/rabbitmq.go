@@ -2,8 +2,11 @@ package backends
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/rabbitmq"
@@ -64,6 +67,9 @@ func openRabbitMQ(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publ
 	}
 	p, err := rabbitmq.Dial(ctx, amqpURL, opts)
 	if err != nil {
+		if errors.Is(err, amqp.ErrCredentials) && o.AMQP.Password != "" {
+			return nil, fmt.Errorf("RabbitMQ refused the password of --amqp-password-file for the user in --broker: %w", err)
+		}
 		if why := tlsRefusal(err, o.TLS); why != "" {
 			return nil, fmt.Errorf("%s: %w", why, err)
 		}
