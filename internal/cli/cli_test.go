@@ -357,7 +357,7 @@ func TestRelayDrainsBacklogAndServesHTTP(t *testing.T) {
 			strings.Contains(body, `outbox_published_total{topic="orders.paid"} 50`)
 	})
 	_, metrics := httpGet(t, "http://"+addr+"/metrics")
-	for _, want := range []string{"outbox_publish_duration_seconds_bucket", "outbox_leases " + fmt.Sprint(partitions), "go_goroutines"} {
+	for _, want := range []string{"outbox_publish_duration_seconds_bucket", "outbox_leases " + fmt.Sprint(partitions), "go_goroutines", "outbox_build_info{goversion=\"go"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -17,4 +17,5 @@ var commands = []func(*app) *cobra.Command{
 	newDLQCommand,
 	newDemoCommand,
 	newBenchCommand,
+	newVersionCommand,
 }

@@ -18,15 +18,19 @@ import (
 )
 
 // HTTPAddrDefault is where `outbox relay` serves /healthz, /readyz and
-// /metrics unless --http-addr says otherwise.
-const HTTPAddrDefault = "127.0.0.1:9090"
+// /metrics unless --http-addr says otherwise. Port 7467 stays clear of
+// Prometheus's own ports (9090 to 9094), of the exporter range 9100 to 9999
+// (all of it allocated), and of the ports development servers like (3000,
+// 8000, 8080).
+const HTTPAddrDefault = "127.0.0.1:7467"
 
 // httpShutdownTimeout bounds the HTTP server's graceful shutdown.
 const httpShutdownTimeout = 5 * time.Second
 
 type relayFlags struct {
-	store  storeFlags
-	broker string
+	store    storeFlags
+	broker   string
+	security brokerSecurityFlags
 
 	maxInFlight   int
 	ackTimeout    time.Duration
@@ -70,6 +74,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs := cmd.Flags()
 	f.store.add(fs, storeFlagSet{retention: true})
 	fs.StringVar(&f.broker, "broker", "", "broker URL, such as "+brokerExample)
+	f.security.add(fs)
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "publishes awaiting an acknowledgement, per publisher (0: the broker's default)")
 	fs.DurationVar(&f.ackTimeout, "ack-timeout", 0, "wait for one broker acknowledgement at most this long (0: the broker's default)")
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", "", "put this right before every topic, usually ending with a dot (outbox. sends orders.created to outbox.orders.created)")
@@ -198,6 +203,9 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		SubjectPrefix: f.subjectPrefix,
 		Logger:        a.log,
 	}
+	if err := f.security.apply(a, &brokerOpts); err != nil {
+		return err
+	}
 	if err := f.store.check(a); err != nil {
 		return err
 	}
@@ -206,7 +214,7 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfoGauge())
 	hook, err := outboxprom.NewHook(reg)
 	if err != nil {
 		return err
