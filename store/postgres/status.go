@@ -31,11 +31,11 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 			}
 			return nil
 		})
-		b.Queue(`SELECT topic, count(*) AS n FROM ` + s.n.messages + ` WHERE published_at IS NULL GROUP BY topic ORDER BY n DESC, topic`).Query(func(rows pgx.Rows) error {
+		b.Queue(`SELECT topic, count(*) AS n, min(created_at) FROM ` + s.n.messages + ` WHERE published_at IS NULL GROUP BY topic ORDER BY n DESC, topic`).Query(func(rows pgx.Rows) error {
 			var err error
 			st.Topics, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.TopicCount, error) {
 				var tc outbox.TopicCount
-				err := row.Scan(&tc.Topic, &tc.Count)
+				err := row.Scan(&tc.Topic, &tc.Count, &tc.OldestCreatedAt)
 				return tc, err
 			})
 			return err
