@@ -43,7 +43,11 @@ func (a *app) checkConsole(cf *consoleFlags, addr string) (*console.Auth, error)
 		return nil, nil
 	}
 	if addr == "" {
-		return nil, usagef("%s needs %s: give the address to serve it on, such as %s", a.flagRef(cf.prefix+"console"), a.flagRef("http-addr"), HTTPAddrDefault)
+		what, example := "the console", ConsoleAddrDefault
+		if cf.prefix != "" {
+			what, example = a.flagRef("console"), HTTPAddrDefault
+		}
+		return nil, usagef("%s needs %s: give the address to serve it on, such as %s", what, a.flagRef("http-addr"), example)
 	}
 	auth, err := console.LoadAuth(cf.basicAuthFile, cf.tokenFile)
 	if err != nil {
