@@ -1,5 +1,5 @@
-// Package cli implements the outbox command: migrate, relay, status, dlq and
-// demo (see [commands] for the list). cmd/outbox/main.go only calls [Main].
+// Package cli implements the outbox command: migrate, relay, status, dlq,
+// console, demo and bench (see [commands] for the list). cmd/outbox/main.go only calls [Main].
 //
 // Commands get their output writers, logger and environment from an [Env],
 // so tests run them in-process with [Run].

@@ -15,6 +15,7 @@ var commands = []func(*app) *cobra.Command{
 	newRelayCommand,
 	newStatusCommand,
 	newDLQCommand,
+	newConsoleCommand,
 	newDemoCommand,
 	newBenchCommand,
 	newVersionCommand,

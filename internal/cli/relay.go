@@ -47,6 +47,7 @@ type relayFlags struct {
 	pollInterval    time.Duration
 	node            string
 	httpAddr        string
+	console         consoleFlags
 }
 
 const brokerExample = "nats://localhost:4222"
@@ -66,6 +67,7 @@ While it runs it serves on --http-addr:
   /healthz  200 while the process runs
   /readyz   200 while the relay runs and reaches the store, 503 otherwise
   /metrics  Prometheus metrics (outbox_published_total, …)
+  /         the web console, with --console (see outbox console --help)
 Port 0 picks a free port; the address is logged ("http listening").`,
 		Example: `  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222
   OUTBOX_STORE=postgres://… OUTBOX_BROKER=nats://… outbox relay --workers 8 --log-format json`,
@@ -89,6 +91,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.DurationVar(&f.pollInterval, "poll-interval", outbox.PollIntervalDefault, "look for new messages this often when no notification arrives")
 	fs.StringVar(&f.node, "node", "", "this relay's name in leases and status (default: hostname-pid-random)")
 	fs.StringVar(&f.httpAddr, "http-addr", HTTPAddrDefault, "serve /healthz, /readyz and /metrics here (host:port; port 0 picks one; empty disables)")
+	f.console.add(fs, "console-")
 
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		return a.runRelay(ctx, cmd, &f)
@@ -188,6 +191,10 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	if err := a.checkHTTPAddr(f.httpAddr); err != nil {
 		return err
 	}
+	consoleAuth, err := a.checkConsole(&f.console, f.httpAddr)
+	if err != nil {
+		return err
+	}
 	if f.broker == "" {
 		return usagef("--broker is required: give the broker URL, such as %s, or set %s", brokerExample, envName("broker"))
 	}
@@ -252,7 +259,12 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	}
 	cfg = relay.Config()
 
-	srv, err := a.serveHTTP(f.httpAddr, relay, reg)
+	consoleHandler, closeConsole, err := a.relayConsole(&f.console, consoleAuth, f.store.url, store, relay)
+	if err != nil {
+		return err
+	}
+	defer closeConsole()
+	srv, err := a.serveHTTP(f.httpAddr, relay, reg, consoleHandler)
 	if err != nil {
 		return err
 	}
