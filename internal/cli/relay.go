@@ -43,6 +43,7 @@ type relayFlags struct {
 	publishTimeout  time.Duration
 	leaseTTL        time.Duration
 	maxAttempts     int
+	onPermanent     string
 	shutdownTimeout time.Duration
 	pollInterval    time.Duration
 	node            string
@@ -86,7 +87,8 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.StringVar(&f.ordering, "ordering", string(outbox.OrderingKey), "key: messages of one key in commit order (partition leases); none: no order, SKIP LOCKED claims")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", outbox.PublishTimeoutDefault, "bound of one publish batch")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", outbox.LeaseTTLDefault, "partition lease lifetime; must exceed 2 × --publish-timeout (default: the larger of 30s and 3 × --publish-timeout)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered")
+	fs.IntVar(&f.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered (a blocked destination spends none)")
+	fs.StringVar(&f.onPermanent, "on-permanent", string(outbox.PermanentDeadLetter), "a message the broker can never take (too large, invalid): dead-letter (and go on with its key) or hold (keep it at the head of its key, retried at the longest backoff, logged as an error)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", outbox.ShutdownTimeoutDefault, "on SIGINT/SIGTERM, wait this long for the batches in hand")
 	fs.DurationVar(&f.pollInterval, "poll-interval", outbox.PollIntervalDefault, "look for new messages this often when no notification arrives")
 	fs.StringVar(&f.node, "node", "", "this relay's name in leases and status (default: hostname-pid-random)")
@@ -110,6 +112,9 @@ func (a *app) relayConfig(cmd *cobra.Command, f *relayFlags) (outbox.Config, err
 		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("ordering"), outbox.OrderingKey, outbox.OrderingNone, f.ordering)
 	}
 	cfg.Ordering = ord
+	if cfg.OnPermanent, err = outbox.ParsePermanentPolicy(f.onPermanent); err != nil {
+		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("on-permanent"), outbox.PermanentDeadLetter, outbox.PermanentHoldKey, f.onPermanent)
+	}
 	if err := a.between("workers", f.workers, 1, outbox.WorkersMax); err != nil {
 		return cfg, err
 	}
@@ -165,6 +170,7 @@ var configFieldFlags = map[string]string{
 	"HeartbeatInterval": "lease-ttl",
 	"PollInterval":      "poll-interval",
 	"MaxAttempts":       "max-attempts",
+	"OnPermanent":       "on-permanent",
 	"ShutdownTimeout":   "shutdown-timeout",
 }
 
