@@ -150,7 +150,6 @@ func (r *Relay) observe(rec *Record, err error, now time.Time) {
 	}
 }
 
-
 // Config returns the relay's configuration with defaults filled in.
 func (r *Relay) Config() Config { return r.cfg }
 

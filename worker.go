@@ -372,8 +372,8 @@ func (w *worker) syncLeases() {
 				deadHeld:   map[string]*Record{},
 				trunc:      map[string]int64{},
 				// q.hold is set below.
-				recov:      map[string]bool{},
-				shed:       h.shed,
+				recov: map[string]bool{},
+				shed:  h.shed,
 			}
 		}
 	}
