@@ -371,9 +371,8 @@ func (w *worker) syncLeases() {
 				settling:   map[string]int{},
 				deadHeld:   map[string]*Record{},
 				trunc:      map[string]int64{},
-				// q.hold is set below.
-				recov: map[string]bool{},
-				shed:  h.shed,
+				recov:      map[string]bool{},
+				shed:       h.shed,
 			}
 		}
 	}
