@@ -67,6 +67,7 @@ type Relay struct {
 
 	partitions int
 	dests      *destinations
+	round      roundResult // of the last lease round; the coordinator's own
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -457,6 +458,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 	failures := 0
 	var cut cutOff
+	var eager eagerRounds
 	for {
 		wait := r.cfg.HeartbeatInterval
 		if cut.check(ctx, r) {
@@ -473,6 +475,9 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 		} else {
 			failures = 0
 			broadcast()
+			if eager.next(r.round) {
+				wait = min(wait, eagerRoundInterval)
+			}
 		}
 		// Wait for the next round, releasing drained partitions meanwhile,
 		// so that the relay taking them over need not wait a round.
@@ -573,6 +578,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 	if err != nil {
 		return fmt.Errorf("acquire leases: %w", err)
 	}
+	r.round = roundResult{live: live, short: want > 0 && len(got) < len(held)+want}
 	// The store set expiry to its now+ttl, no earlier than our start+ttl.
 	// Stop starting publishes early enough that one in flight ends first.
 	validUntil := start.Add(ttl - r.cfg.PublishTimeout)
@@ -919,4 +925,39 @@ func (c *cutOff) check(ctx context.Context, r *Relay) bool {
 		cancel()
 	}
 	return c.on
+}
+
+// eagerRoundInterval is how often a relay below its fair share tries to
+// take partitions while they are being handed back to it.
+const eagerRoundInterval = 200 * time.Millisecond
+
+// roundResult is what the coordinator learns from a lease round.
+type roundResult struct {
+	live  int  // relays alive
+	short bool // fewer partitions were free than the fair share wanted
+}
+
+// eagerRounds makes the lease rounds frequent for a while when the number
+// of live relays changed and this relay is below its share: the relays
+// above theirs hand partitions back as soon as their publishes in flight
+// are settled, and the joining relay takes them within eagerRoundInterval
+// instead of a heartbeat later. The budget (40 eager rounds, about 8 s,
+// per change) keeps a relay that can never reach its share
+// (64 partitions over 3 relays) from polling forever.
+type eagerRounds struct {
+	live   int
+	budget int
+}
+
+// next reports whether the next round should come early.
+func (e *eagerRounds) next(last roundResult) bool {
+	if last.live != e.live {
+		e.live = last.live
+		e.budget = 40
+	}
+	if !last.short || e.budget <= 0 {
+		return false
+	}
+	e.budget--
+	return true
 }
