@@ -68,6 +68,7 @@ type Relay struct {
 	partitions int
 	dests      *destinations
 	round      roundResult // of the last lease round; the coordinator's own
+	calls      *storeCalls // the workers' fetches and settles, coalesced
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -125,6 +126,7 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		drainedCh: make(chan struct{}, 1),
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
+	r.calls = newStoreCalls(r)
 	return r, nil
 }
 

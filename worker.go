@@ -267,13 +267,10 @@ func (w *worker) settler(killCtx context.Context) {
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 			start := time.Now()
-			err := r.store.Settle(ctx, r.cfg.Node, batch)
+			out := r.calls.settle.do(ctx, batch)
 			cancel()
-			var fe *FencedError
-			if err == nil || errors.As(err, &fe) {
-				if fe != nil {
-					fenced = fe.Leases
-				}
+			if err := out.err; err == nil {
+				fenced = out.fenced
 				n := 0
 				for _, s := range batch {
 					n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
@@ -284,9 +281,9 @@ func (w *worker) settler(killCtx context.Context) {
 			if killCtx.Err() != nil {
 				break
 			}
-			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.emit(Event{Kind: EventStoreError, Err: out.err})
 			d := Backoff(attempt, r.cfg.PollInterval/4+time.Millisecond, r.cfg.HeartbeatInterval)
-			r.log.Warn("settle failed; retrying", "err", err, "attempt", attempt, "retry_in", d)
+			r.log.Warn("settle failed; retrying", "err", out.err, "attempt", attempt, "retry_in", d)
 			if !sleepCtx(killCtx, d) {
 				break
 			}
@@ -485,11 +482,8 @@ func (w *worker) refill(ctx context.Context) {
 		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
 		defer cancel()
 		res := fetchResult{cursors: cursors, limit: limit, start: now}
-		if mf, ok := w.r.store.(MarkedFetcher); ok {
-			res.recs, res.mark, res.err = mf.FetchMarked(fctx, cursors, limit)
-		} else {
-			res.recs, res.err = w.r.store.Fetch(fctx, cursors, limit)
-		}
+		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit})
+		res.recs, res.mark, res.err = out.recs, out.mark, out.err
 		w.fetchedCh <- res
 	}()
 }
