@@ -145,7 +145,7 @@ func (r *Relay) fetchMerged(ctx context.Context, calls []fetchCall) []fetchOut {
 		var recs []Record
 		var mark string
 		var err error
-		if mf, ok := r.store.(MarkedFetcher); ok {
+		if mf := r.caps.marked; mf != nil {
 			recs, mark, err = mf.FetchMarked(ctx, cursors, limit)
 		} else {
 			recs, err = r.store.Fetch(ctx, cursors, limit)

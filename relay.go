@@ -69,6 +69,7 @@ type Relay struct {
 	dests      *destinations
 	round      roundResult // of the last lease round; the coordinator's own
 	calls      *storeCalls // the workers' fetches and settles, coalesced
+	caps       capabilities
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -126,6 +127,7 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		drainedCh: make(chan struct{}, 1),
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
+	r.caps = capsOf(store, pub)
 	r.calls = newStoreCalls(r)
 	return r, nil
 }
@@ -303,7 +305,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	}
 	r.dests.wake = broadcast
 	wg.Go(func() { r.listen(workCtx) })
-	if c, ok := r.store.(Cleaner); ok {
+	if c := r.caps.cleaner; c != nil {
 		wg.Go(func() { r.clean(workCtx, c) })
 	}
 
@@ -385,8 +387,8 @@ func (r *Relay) notifyPartitions(ps []int) {
 // failures (meanwhile the workers poll). A PartitionNotifier's
 // notifications reach only the workers owning the partitions written.
 func (r *Relay) listen(ctx context.Context) {
-	pn, byPartition := r.store.(PartitionNotifier)
-	n, plain := r.store.(Notifier)
+	pn, n := r.caps.partNotifier, r.caps.notifier
+	byPartition, plain := pn != nil, n != nil
 	if !byPartition && !plain {
 		return
 	}
@@ -754,7 +756,7 @@ func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.D
 // runUnordered is one worker of OrderingNone: claim with row locks,
 // publish, settle and commit, again and again.
 func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
-	us := r.store.(UnorderedStore)
+	us := r.caps.unordered
 	failures, blockedRounds := 0, 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
@@ -894,8 +896,8 @@ type cutOff struct {
 
 // check runs the health check and returns whether the relay is cut off.
 func (c *cutOff) check(ctx context.Context, r *Relay) bool {
-	hc, ok := r.pub.(HealthChecker)
-	if !ok {
+	hc := r.caps.health
+	if hc == nil {
 		return false
 	}
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
@@ -962,4 +964,41 @@ func (e *eagerRounds) next(last roundResult) bool {
 	}
 	e.budget--
 	return true
+}
+
+// capabilities are the optional abilities of the store and publisher,
+// decided once in NewRelay: no type assertion on a hot path.
+type capabilities struct {
+	marked        MarkedFetcher     // late commits come with the fetch (nil: none)
+	commitOrdered bool              // nothing commits below a cursor: no sweep
+	cleaner       Cleaner           // retention cleanup (nil: none)
+	partNotifier  PartitionNotifier // notifications name partitions (nil: none)
+	notifier      Notifier          // plain notifications (nil: none)
+	unordered     UnorderedStore    // Ordering none (nil: unsupported)
+	health        HealthChecker     // the publisher's broker health (nil: unknown)
+}
+
+func capsOf(store Store, pub Publisher) capabilities {
+	var c capabilities
+	c.marked, _ = store.(MarkedFetcher)
+	_, c.commitOrdered = store.(CommitOrdered)
+	c.cleaner, _ = store.(Cleaner)
+	c.partNotifier, _ = store.(PartitionNotifier)
+	c.notifier, _ = store.(Notifier)
+	c.unordered, _ = store.(UnorderedStore)
+	c.health, _ = pub.(HealthChecker)
+	return c
+}
+
+// sweepEvery reports whether workers must sweep below their cursors, and how
+// often at least: stores with marks only as a safety net.
+func (c capabilities) sweepEvery(cfg Config) (every time.Duration, ok bool) {
+	switch {
+	case c.commitOrdered:
+		return 0, false
+	case c.marked != nil:
+		return max(cfg.SweepInterval, markedSweepInterval), true
+	default:
+		return cfg.SweepInterval, true
+	}
 }

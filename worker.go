@@ -308,9 +308,7 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
 	}
-	_, marked := w.r.store.(MarkedFetcher)
-	_, ordered := w.r.store.(CommitOrdered)
-	if len(w.parts) > 0 && !marked && !ordered && !w.sweeping {
+	if len(w.parts) > 0 && w.r.caps.marked == nil && !w.r.caps.commitOrdered && !w.sweeping {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	// A retry coming due matters only if build can take it then: not with
@@ -562,15 +560,11 @@ func (w *worker) shouldSweep(now time.Time) bool {
 	if len(w.parts) == 0 {
 		return false
 	}
-	since := now.Sub(w.lastSweep)
-	if _, ordered := w.r.store.(CommitOrdered); ordered {
-		return false // nothing can commit below a cursor
-	}
-	if _, marked := w.r.store.(MarkedFetcher); marked {
-		// Marks already return late commits; the sweep is a safety net.
-		return since >= max(w.r.cfg.SweepInterval, markedSweepInterval)
-	}
-	return since >= w.r.cfg.SweepInterval
+	// Without marks, every SweepInterval; with marks (which already return
+	// late commits) it is a safety net; never when nothing can commit
+	// below a cursor.
+	every, ok := w.r.caps.sweepEvery(w.r.cfg)
+	return ok && now.Sub(w.lastSweep) >= every
 }
 
 // sweep finds unpublished records below the cursors that the worker has
