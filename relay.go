@@ -876,14 +876,6 @@ func fixErrs(errs []error, n int) []error {
 	return out
 }
 
-// HealthChecker is implemented by publishers that can tell whether they
-// reach their broker now (a connection up, a metadata round trip). The
-// relay uses it to hand its leases back when it is cut off from the
-// broker, so relays that can publish take them over.
-type HealthChecker interface {
-	Healthy(ctx context.Context) error
-}
-
 // cutOff tracks whether the relay has been unable to reach its broker for a
 // lease TTL: it then hands its partitions back (and stops heartbeating, so
 // that other relays take them at once) until the broker is reachable again.
@@ -901,7 +893,7 @@ func (c *cutOff) check(ctx context.Context, r *Relay) bool {
 		return false
 	}
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-	err := hc.Healthy(hctx)
+	err := hc.Health(hctx)
 	cancel()
 	now := time.Now()
 	if err == nil {
