@@ -22,7 +22,8 @@
 // delivers, retries and dead-letters, and is fenced by lease and epoch;
 // Unsettled; Heartbeat counts live nodes. The optional abilities are checked
 // when the store implements them: outbox.UnorderedStore (concurrent claims
-// never overlap; released records come back), outbox.StatusReader (counts),
+// never overlap; released records come back), outbox.StatusReader (counts), outbox.BacklogReader (exact
+// figures under the limit, a sample that says so above it),
 // outbox.DeadLetterStore (list, filters, requeue, purge), outbox.Notifier (a
 // write signals), outbox.MarkedFetcher (without a mark it is Fetch; a mark
 // does not bring back what its fetch saw; late commits below a cursor need
@@ -97,6 +98,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Heartbeat", testHeartbeat},
 		{"Unordered", testUnordered},
 		{"Status", testStatus},
+		{"Backlog", testBacklog},
 		{"DeadLetters", testDeadLetters},
 		{"RequeueInSeqOrder", testRequeueSeqOrder},
 		{"Subscribe", testSubscribe},
