@@ -1,6 +1,9 @@
 package outbox
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // HealthChecker is implemented by publishers that can tell whether their
 // broker is reachable: the natsjs, rabbitmq and kafka publishers. Health
@@ -11,4 +14,30 @@ import "context"
 // partitions back when it is cut off from the broker for a lease TTL.
 type HealthChecker interface {
 	Health(ctx context.Context) error
+}
+
+// LastStoreContact returns when the relay's last successful store round
+// trip (a heartbeat or a claim) ended; zero before the first one. [Relay.Ready]
+// is based on it.
+func (r *Relay) LastStoreContact() time.Time {
+	if ns := r.lastBeat.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Running reports whether the relay was started and has not stopped.
+func (r *Relay) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state == 1 && !closed(r.done)
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

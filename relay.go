@@ -838,10 +838,11 @@ func (r *Relay) publish(ctx context.Context, recs []*Record, msgs []*Message) []
 		}
 	}
 	if bad == 0 {
-		return fixErrs(r.pub.Publish(ctx, msgs), len(msgs))
+		return r.send(ctx, recs, msgs)
 	}
 	errs := make([]error, len(msgs))
 	good := make([]*Message, 0, len(msgs)-bad)
+	goodRecs := make([]*Record, 0, len(msgs)-bad)
 	idx := make([]int, 0, len(msgs)-bad)
 	for i, rec := range recs {
 		if rec.DecodeError != "" {
@@ -849,10 +850,11 @@ func (r *Relay) publish(ctx context.Context, recs []*Record, msgs []*Message) []
 			continue
 		}
 		good = append(good, msgs[i])
+		goodRecs = append(goodRecs, rec)
 		idx = append(idx, i)
 	}
 	if len(good) > 0 {
-		for j, err := range fixErrs(r.pub.Publish(ctx, good), len(good)) {
+		for j, err := range r.send(ctx, goodRecs, good) {
 			errs[idx[j]] = err
 		}
 	}
