@@ -2,6 +2,9 @@ package outbox
 
 import "context"
 
+// Notification routing: store notifications wake the workers owning the
+// partitions written.
+
 // wake nudges worker i, without blocking.
 func (r *Relay) wake(i int) {
 	select {
@@ -14,9 +17,6 @@ func (r *Relay) wake(i int) {
 func (r *Relay) notifyAll() {
 	for i := range r.wakes {
 		r.fetchAll[i].Store(true)
-
-		// Notification routing: store notifications wake the workers owning the
-		// partitions written.
 		r.wake(i)
 	}
 }
