@@ -79,12 +79,12 @@ func TestPartitionMatchesPartitionOf(t *testing.T) {
 
 func TestWriteInvalidWritesNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Options{MaxPayload: 10})
+	b := setup(t, Options{MaxPayload: 1000})
 	cases := []struct {
 		msg   outbox.Message
 		field string
 	}{
-		{outbox.Message{Topic: "ok", Payload: make([]byte, 11)}, "Payload"},
+		{outbox.Message{Topic: "ok", Payload: make([]byte, 1001)}, "Payload"},
 		{outbox.Message{Topic: "bad topic"}, "Topic"},
 		{outbox.Message{Topic: "ok", ID: "not-a-uuid"}, "ID"},
 		{outbox.Message{Topic: "ok", Headers: map[string]string{"Outbox-Id": "x"}}, "Headers"},
