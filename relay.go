@@ -18,6 +18,14 @@ type Stats struct {
 	DeadLettered int64 // messages moved to the dead letters
 	Fenced       int64 // partitions lost to another relay while settling
 	Leases       int   // partition leases held now
+	// Blocked counts publishes refused for their destination (no attempt
+	// spent); Duplicates, messages the broker acknowledged as duplicates;
+	// Held, permanent failures that hold their key (PermanentHoldKey).
+	Blocked    int64
+	Duplicates int64
+	Held       int64
+	// BlockedDestinations is how many destinations are paused now.
+	BlockedDestinations int
 }
 
 // Relay drains an outbox [Store] to a [Publisher]: at least once, in commit
@@ -58,6 +66,8 @@ type Relay struct {
 	drainedCh chan struct{}
 
 	partitions int
+	dests      *destinations
+	round      roundResult // of the last lease round; the coordinator's own
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -65,7 +75,14 @@ type Relay struct {
 	dead      atomic.Int64
 	fenced    atomic.Int64
 	nLeases   atomic.Int64
+	blockedN  atomic.Int64
+	dupN      atomic.Int64
+	heldN     atomic.Int64
+	failLog   atomic.Int64 // unix nanos of the last "failing" log line
 }
+
+// failLogEvery rate-limits the WARN line of retryable publish failures.
+const failLogEvery = 10 * time.Second
 
 type heldLease struct {
 	Lease
@@ -97,7 +114,7 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 			return nil, fmt.Errorf("outbox: Config.Ordering %q needs a store with row locks (UnorderedStore): %w", cfg.Ordering, ErrUnsupported)
 		}
 	}
-	return &Relay{
+	r := &Relay{
 		store:     store,
 		pub:       pub,
 		cfg:       cfg,
@@ -106,7 +123,32 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		done:      make(chan struct{}),
 		drained:   map[int]int64{},
 		drainedCh: make(chan struct{}, 1),
-	}, nil
+	}
+	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
+	return r, nil
+}
+
+// Blocked returns the destinations the relay has paused because the broker
+// refused them as a whole (no stream or topic, not authorised, unroutable,
+// full, unreachable): their messages wait, spending no attempts, while
+// other destinations are published.
+func (r *Relay) Blocked() []BlockedDestination { return r.dests.list() }
+
+// observe updates the destinations' state with one publish result.
+func (r *Relay) observe(rec *Record, err error, now time.Time) {
+	switch {
+	case err == errNotAttempted:
+		r.dests.unprobe(rec.Topic)
+	case err == nil:
+		r.dests.reached(rec.Topic)
+	default:
+		if _, blocked := IsBlocked(err); blocked {
+			r.blockedN.Add(1)
+			r.dests.blocked(rec.Topic, err, now)
+		} else {
+			r.dests.reached(rec.Topic) // the broker answered for the message
+		}
+	}
 }
 
 // Config returns the relay's configuration with defaults filled in.
@@ -225,6 +267,11 @@ func (r *Relay) Stats() Stats {
 		DeadLettered: r.dead.Load(),
 		Fenced:       r.fenced.Load(),
 		Leases:       int(r.nLeases.Load()),
+		Blocked:      r.blockedN.Load(),
+		Duplicates:   r.dupN.Load(),
+		Held:         r.heldN.Load(),
+
+		BlockedDestinations: int(r.dests.n.Load()),
 	}
 }
 
@@ -252,6 +299,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 			r.wake(i)
 		}
 	}
+	r.dests.wake = broadcast
 	wg.Go(func() { r.listen(workCtx) })
 	if c, ok := r.store.(Cleaner); ok {
 		wg.Go(func() { r.clean(workCtx, c) })
@@ -409,9 +457,14 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // workCtx ending means shutdown has begun: stop taking new leases.
 func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 	failures := 0
+	var cut cutOff
+	var eager eagerRounds
 	for {
 		wait := r.cfg.HeartbeatInterval
-		if err := r.leaseRound(ctx, workCtx.Err() != nil); err != nil {
+		if cut.check(ctx, r) {
+			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
+		}
+		if err := r.leaseRound(ctx, workCtx.Err() != nil, cut.on); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -422,6 +475,9 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 		} else {
 			failures = 0
 			broadcast()
+			if eager.next(r.round) {
+				wait = min(wait, eagerRoundInterval)
+			}
 		}
 		// Wait for the next round, releasing drained partitions meanwhile,
 		// so that the relay taking them over need not wait a round.
@@ -495,19 +551,24 @@ func (r *Relay) releaseDrained(ctx context.Context) error {
 }
 
 // leaseRound is one heartbeat: register, renew, shed or take leases.
-func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
+// With cutOff (the broker unreachable for a lease TTL), the relay does not
+// heartbeat, so other relays stop counting it, and hands every lease back.
+func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error {
 	ttl := r.cfg.LeaseTTL
 	// A slow round only shortens the publishing window (validity counts
 	// from its start), so it may take up to a third of the TTL.
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, ttl/3))
 	defer cancel()
 	start := time.Now()
-	live, err := r.store.Heartbeat(ctx, r.cfg.Node, ttl)
-	if err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+	live, share := 0, 0
+	if !cutOff {
+		var err error
+		if live, err = r.store.Heartbeat(ctx, r.cfg.Node, ttl); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		live = max(live, 1)
+		share = (r.partitions + live - 1) / live
 	}
-	live = max(live, 1)
-	share := (r.partitions + live - 1) / live
 	held := r.heldLeases()
 	want := 0
 	if !shuttingDown {
@@ -517,6 +578,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
 	if err != nil {
 		return fmt.Errorf("acquire leases: %w", err)
 	}
+	r.round = roundResult{live: live, short: want > 0 && len(got) < len(held)+want}
 	// The store set expiry to its now+ttl, no earlier than our start+ttl.
 	// Stop starting publishes early enough that one in flight ends first.
 	validUntil := start.Add(ttl - r.cfg.PublishTimeout)
@@ -531,7 +593,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown bool) error {
 			keep = append(keep, l)
 		}
 	}
-	if shuttingDown {
+	if shuttingDown && !cutOff {
 		keep, shed = append(keep, shed...), nil // Leave releases them all
 	} else if len(keep) > share {
 		shed = append(shed, keep[share:]...)
@@ -599,18 +661,39 @@ const (
 	outcomeDelivered = iota
 	outcomeRetry
 	outcomeDead
+	outcomeBlocked // the destination refused: nothing to settle, no attempt
 )
 
 // outcome turns a publish result into the settlement entry for one record,
 // updating the record for a retry, and returns which outcome it was.
 func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) int {
-	if err == nil {
+	if err == nil || errors.Is(err, ErrDuplicate) {
+		if err != nil {
+			r.dupN.Add(1)
+			r.emit(Event{Kind: EventDuplicate, Topic: rec.Topic, Count: 1, Err: err})
+			r.log.Warn("the broker acknowledged a duplicate (counted as delivered): a retry after a lost acknowledgement, or two messages sharing an ID", "id", rec.ID, "topic", rec.Topic, "err", err)
+		}
 		s.Delivered = append(s.Delivered, rec.ID)
 		return outcomeDelivered
+	}
+	if _, blocked := IsBlocked(err); blocked {
+		return outcomeBlocked
 	}
 	rec.Attempts++
 	rec.LastError = err.Error()
 	f := Failure{ID: rec.ID, Partition: rec.Partition, Attempts: rec.Attempts, Err: rec.LastError}
+	if IsPermanent(err) && r.cfg.OnPermanent == PermanentHoldKey {
+		// The user would rather stop the key than deliver it with a gap:
+		// the message stays at the head of its key, retried at the
+		// longest backoff, and says so every time.
+		rec.NextAttemptAt = now.Add(r.cfg.BackoffMax)
+		f.NextAttemptAt = rec.NextAttemptAt
+		s.Retry = append(s.Retry, f)
+		r.heldN.Add(1)
+		r.emit(Event{Kind: EventHeld, Topic: rec.Topic, Count: 1, Err: err})
+		r.log.Error("message failed permanently; its key is held (Config.OnPermanent = hold): fix it, or dead-letter it with `outbox dlq`", "id", rec.ID, "topic", rec.Topic, "key", rec.Key, "attempts", rec.Attempts, "retry_at", rec.NextAttemptAt, "err", err)
+		return outcomeRetry
+	}
 	if IsPermanent(err) || rec.Attempts >= r.cfg.MaxAttempts {
 		s.Dead = append(s.Dead, f)
 		r.log.Warn("dead-lettering message", "id", rec.ID, "topic", rec.Topic, "attempts", rec.Attempts, "err", err)
@@ -624,7 +707,7 @@ func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) in
 
 // report counts one publish and emits its hook events.
 func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.Duration, now time.Time) {
-	type counts struct{ n [3]int }
+	type counts struct{ n [4]int }
 	byTopic := map[string]*counts{}
 	var oldest time.Time
 	var firstErr error
@@ -649,8 +732,12 @@ func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.D
 			r.emit(Event{Kind: EventPublished, Topic: topic, Count: n, Duration: took})
 		}
 		if n := c.n[outcomeRetry]; n > 0 {
-			r.failed.Add(int64(n))
+			total := r.failed.Add(int64(n))
 			r.emit(Event{Kind: EventFailed, Topic: topic, Count: n, Err: firstErr})
+			last := r.failLog.Load()
+			if t := time.Now().UnixNano(); t-last >= int64(failLogEvery) && r.failLog.CompareAndSwap(last, t) {
+				r.log.Warn("publishes failing; retrying with backoff (logged at most every 10s)", "topic", topic, "failed", n, "failed_total", total, "err", firstErr)
+			}
 		}
 		if n := c.n[outcomeDead]; n > 0 {
 			r.dead.Add(int64(n))
@@ -666,7 +753,7 @@ func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.D
 // publish, settle and commit, again and again.
 func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
 	us := r.store.(UnorderedStore)
-	failures := 0
+	failures, blockedRounds := 0, 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
 		if err != nil {
@@ -705,8 +792,12 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		now := r.cfg.Now()
 		var s Settlement
 		outcomes := make([]int, len(ptrs))
+		nBlocked := 0
 		for i, rec := range ptrs {
-			outcomes[i] = r.outcome(rec, errs[i], now, &s)
+			r.observe(rec, errs[i], now)
+			if outcomes[i] = r.outcome(rec, errs[i], now, &s); outcomes[i] == outcomeBlocked {
+				nBlocked++ // left as it is: claimed again after a pause
+			}
 		}
 		sctx, scancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 		start = time.Now()
@@ -720,6 +811,14 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		}
 		r.emit(Event{Kind: EventSettled, Count: len(recs), Duration: time.Since(start)})
 		r.report(ptrs, outcomes, errs, took, now)
+		if nBlocked == len(recs) {
+			// Every message's destination is blocked: pause like a probe
+			// instead of claiming the same rows again at once.
+			blockedRounds++
+			sleepCtx(ctx, Backoff(blockedRounds, blockedProbeMin, blockedProbeMax))
+		} else {
+			blockedRounds = 0
+		}
 	}
 }
 
@@ -771,4 +870,94 @@ func fixErrs(errs []error, n int) []error {
 		}
 	}
 	return out
+}
+
+// HealthChecker is implemented by publishers that can tell whether they
+// reach their broker now (a connection up, a metadata round trip). The
+// relay uses it to hand its leases back when it is cut off from the
+// broker, so relays that can publish take them over.
+type HealthChecker interface {
+	Healthy(ctx context.Context) error
+}
+
+// cutOff tracks whether the relay has been unable to reach its broker for a
+// lease TTL: it then hands its partitions back (and stops heartbeating, so
+// that other relays take them at once) until the broker is reachable again.
+// Only publishers that implement [HealthChecker] are judged: a blocked
+// destination alone (a deleted stream) must not make every relay give up.
+type cutOff struct {
+	since time.Time // first failed check of the current outage, or zero
+	on    bool
+}
+
+// check runs the health check and returns whether the relay is cut off.
+func (c *cutOff) check(ctx context.Context, r *Relay) bool {
+	hc, ok := r.pub.(HealthChecker)
+	if !ok {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	err := hc.Healthy(hctx)
+	cancel()
+	now := time.Now()
+	if err == nil {
+		if c.on {
+			r.log.Info("broker reachable again: taking partitions again", "cut_off_for", now.Sub(c.since).Round(time.Millisecond))
+		}
+		c.since, c.on = time.Time{}, false
+		return false
+	}
+	if ctx.Err() != nil {
+		return c.on
+	}
+	if c.since.IsZero() {
+		c.since = now
+		r.log.Warn("broker unreachable; partitions are handed back if it lasts a lease TTL", "err", err, "lease_ttl", r.cfg.LeaseTTL)
+	}
+	if !c.on && now.Sub(c.since) >= r.cfg.LeaseTTL {
+		c.on = true
+		r.log.Warn("cut off from the broker for a lease TTL: handing every partition back to relays that can publish", "err", err, "since", c.since)
+		// Stop counting as a live relay now, not when the heartbeat expires.
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		if err := r.store.Leave(lctx, r.cfg.Node, nil); err != nil {
+			r.log.Warn("removing the heartbeat failed; it expires by itself", "err", err)
+		}
+		cancel()
+	}
+	return c.on
+}
+
+// eagerRoundInterval is how often a relay below its fair share tries to
+// take partitions while they are being handed back to it.
+const eagerRoundInterval = 200 * time.Millisecond
+
+// roundResult is what the coordinator learns from a lease round.
+type roundResult struct {
+	live  int  // relays alive
+	short bool // fewer partitions were free than the fair share wanted
+}
+
+// eagerRounds makes the lease rounds frequent for a while when the number
+// of live relays changed and this relay is below its share: the relays
+// above theirs hand partitions back as soon as their publishes in flight
+// are settled, and the joining relay takes them within eagerRoundInterval
+// instead of a heartbeat later. The budget (40 eager rounds, about 8 s,
+// per change) keeps a relay that can never reach its share
+// (64 partitions over 3 relays) from polling forever.
+type eagerRounds struct {
+	live   int
+	budget int
+}
+
+// next reports whether the next round should come early.
+func (e *eagerRounds) next(last roundResult) bool {
+	if last.live != e.live {
+		e.live = last.live
+		e.budget = 40
+	}
+	if !last.short || e.budget <= 0 {
+		return false
+	}
+	e.budget--
+	return true
 }

@@ -376,6 +376,11 @@ func (w *worker) syncLeases() {
 			}
 		}
 	}
+	for _, ps := range w.parts {
+		if ps.q.hold == nil {
+			ps.q.hold = r.dests.holdRecord
+		}
+	}
 	w.reorder()
 	w.recount()
 	for _, ps := range w.parts {
@@ -815,6 +820,12 @@ func (w *worker) build(now time.Time) [][]*Record {
 			ps.inflight[rec.ID] = rec
 			recs = append(recs, rec)
 		}
+		for _, rec := range ps.q.spilled {
+			// A key held for its blocked destination keeps only its head.
+			ps.truncate(queueKey(rec), []*Record{rec})
+		}
+		clear(ps.q.spilled)
+		ps.q.spilled = ps.q.spilled[:0]
 	}
 	if n > 0 {
 		w.next = (w.next + 1) % n
@@ -871,6 +882,7 @@ func (w *worker) handle(res publishResult) {
 	outcomes := make([]int, len(res.recs))
 	kept := 0
 	for i, rec := range res.recs {
+		w.r.observe(rec, res.errs[i], now) // whatever became of the lease
 		ps := w.parts[rec.Partition]
 		if ps == nil || ps.inflight[rec.ID] != rec {
 			// The lease was lost meanwhile; the new owner publishes it.
@@ -881,6 +893,14 @@ func (w *worker) handle(res publishResult) {
 		if res.errs[i] == errNotAttempted {
 			// Never sent: back to the head of its key, nothing to settle.
 			ps.q.pushFront(rec, now)
+			outcomes[i] = -1
+			continue
+		}
+		if _, blocked := IsBlocked(res.errs[i]); blocked {
+			// The destination, not the message: no attempt spent, nothing
+			// to settle. The record waits at the head of its key (alone in
+			// memory) for its destination to work again.
+			ps.truncate(queueKey(rec), ps.q.fail(rec, now))
 			outcomes[i] = -1
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -86,6 +87,9 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	}
 	if err := client.Ping(ctx); err != nil {
 		client.Close()
+		if !unreachable(err) {
+			return nil, fmt.Errorf("kafka: brokers %v: %w", opts.Brokers, err)
+		}
 		return nil, fmt.Errorf("kafka: no broker of %v answers: %w; check Brokers (host:port of running Kafka brokers) and the network", opts.Brokers, err)
 	}
 	return &Publisher{client: client, opts: opts, topics: map[string]time.Time{}}, nil
@@ -425,4 +429,12 @@ func (s slogLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		lvl = slog.LevelInfo
 	}
 	s.l.Log(context.Background(), lvl, "kafka: "+strings.TrimSpace(msg), keyvals...)
+}
+
+// unreachable reports whether Dial's ping failed for want of a broker
+// answering (refused or timed-out connections), rather than a broker
+// refusing the credentials or the TLS handshake.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, context.DeadlineExceeded)
 }

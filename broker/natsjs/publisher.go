@@ -3,6 +3,7 @@ package natsjs
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Defaults and limits of [Options].
@@ -149,7 +152,7 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	log := opts.Logger.With("url", redactURLs(url))
+	log := opts.Logger.With("url", redact.URL(url))
 	denied := &denials{}
 	all := append([]nats.Option{
 		nats.Name("outbox-relay"),
@@ -169,12 +172,20 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("natsjs: reconnected", "server", nc.ConnectedUrlRedacted())
+			log.Info("natsjs: reconnected", "server", redact.URL(nc.ConnectedUrl()))
 		}),
 	}, natsOpts...)
 	nc, err := nats.Connect(url, all...)
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: connect to %s: %w (is a NATS server with JetStream running there?)", redactURLs(url), err)
+		hint := " (is a NATS server with JetStream running there?)"
+		var tlsErr *tls.CertificateVerificationError
+		var alert tls.AlertError
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
+			errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
+			errors.As(err, &tlsErr) || errors.As(err, &alert) || strings.Contains(err.Error(), "tls error") {
+			hint = "" // a server answered: it refused the credentials or TLS settings
+		}
+		return nil, fmt.Errorf("natsjs: connect to %s: %w%s", redact.URL(url), err, hint)
 	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(opts.MaxInFlight),
@@ -182,7 +193,7 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 	)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("natsjs: %s: %w", redactURLs(url), err)
+		return nil, fmt.Errorf("natsjs: %s: %w", redact.URL(url), err)
 	}
 	p, err := New(js, opts)
 	if err != nil {
@@ -192,33 +203,6 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 	p.nc = nc
 	p.denied = denied
 	return p, nil
-}
-
-// redactURLs hides the credentials (password or token) of a comma-separated
-// list of URLs: everything between the scheme and the last '@', except a
-// user name followed by ':'. It does not rely on the URLs parsing.
-func redactURLs(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, s := range parts {
-		s = strings.TrimSpace(s)
-		at := strings.LastIndex(s, "@")
-		if at < 0 {
-			parts[i] = s
-			continue
-		}
-		start := 0
-		if scheme := strings.Index(s, "://"); scheme >= 0 && scheme < at {
-			start = scheme + 3
-		}
-		userinfo := s[start:at]
-		if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
-			userinfo = user + ":xxxxx"
-		} else {
-			userinfo = "xxxxx" // a token
-		}
-		parts[i] = s[:start] + userinfo + s[at:]
-	}
-	return strings.Join(parts, ",")
 }
 
 // Subject returns the NATS subject of topic: SubjectPrefix+topic.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // stuckWriteGrace is how long a Publish call whose context has ended waits
@@ -84,7 +85,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Publisher, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	redacted := redactURL(url)
+	redacted := redact.URL(url)
 	uri, err := amqp.ParseURI(url)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: invalid URL %s: %w; want amqp://user:password@host:5672/vhost (or amqps://)", redacted, err)
@@ -128,24 +129,6 @@ func dialError(redacted string, err error) error {
 		return fmt.Errorf("rabbitmq: cannot connect to %s in time: %w; check the URL's host and port and that RabbitMQ runs there (raise DialTimeout for a slow network)", redacted, err)
 	}
 	return fmt.Errorf("rabbitmq: cannot connect to %s: %w; check the URL's host and port and that RabbitMQ runs there", redacted, err)
-}
-
-// redactURL hides the password of an AMQP URL, without relying on it being
-// valid.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
-	}
-	at := strings.LastIndex(s, "@")
-	scheme := strings.Index(s, "://")
-	if at < 0 || scheme < 0 || scheme > at {
-		return s
-	}
-	user, _, hasPassword := strings.Cut(s[scheme+3:at], ":")
-	if !hasPassword {
-		return s
-	}
-	return s[:scheme+3] + user + ":xxxxx" + s[at:]
 }
 
 // Close makes later Publish calls fail with [outbox.ErrClosed], waits for

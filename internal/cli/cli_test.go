@@ -357,7 +357,7 @@ func TestRelayDrainsBacklogAndServesHTTP(t *testing.T) {
 			strings.Contains(body, `outbox_published_total{topic="orders.paid"} 50`)
 	})
 	_, metrics := httpGet(t, "http://"+addr+"/metrics")
-	for _, want := range []string{"outbox_publish_duration_seconds_bucket", "outbox_leases " + fmt.Sprint(partitions), "go_goroutines"} {
+	for _, want := range []string{"outbox_publish_duration_seconds_bucket", "outbox_leases " + fmt.Sprint(partitions), "go_goroutines", "outbox_build_info{goversion=\"go"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -559,6 +559,7 @@ func TestUsageErrors(t *testing.T) {
 		{"workers 0", nil, []string{"relay", "--store", pg, "--broker", nats, "--workers", "0"}, []string{"--workers", "between 1 and 256, got 0"}},
 		{"in-flight 0", nil, []string{"relay", "--store", pg, "--broker", nats, "--in-flight", "0"}, []string{"--in-flight", "between 1 and 64, got 0"}},
 		{"ordering bogus", nil, []string{"relay", "--store", pg, "--broker", nats, "--ordering", "bogus"}, []string{"--ordering", `"key" or "none"`}},
+		{"on-permanent bogus", nil, []string{"relay", "--store", pg, "--broker", nats, "--on-permanent", "bogus"}, []string{"--on-permanent", `"dead-letter" or "hold"`}},
 		{"bad http addr", nil, []string{"relay", "--store", pg, "--broker", nats, "--http-addr", "nonsense"}, []string{"--http-addr", "host:port"}},
 		{"bad http port", nil, []string{"relay", "--store", pg, "--broker", nats, "--http-addr", "127.0.0.1:99999"}, []string{"--http-addr", "0 to 65535"}},
 		{"lease below publish timeout", nil, []string{"relay", "--store", pg, "--broker", nats, "--publish-timeout", "20s", "--lease-ttl", "30s"}, []string{"--lease-ttl", "LeaseTTL must exceed 2 × PublishTimeout"}},

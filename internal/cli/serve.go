@@ -62,16 +62,13 @@ type httpServer struct {
 	done chan error
 }
 
-// serveHTTP serves /healthz, /readyz and /metrics on addr until shutdown.
-// An empty addr serves nothing.
-func (a *app) serveHTTP(addr string, relay readinessChecker, reg *prometheus.Registry) (*httpServer, error) {
+// serveHTTP serves /healthz, /readyz and /metrics on addr until shutdown,
+// and every other path with console when it is not nil. An empty addr
+// serves nothing.
+func (a *app) serveHTTP(addr string, relay readinessChecker, reg *prometheus.Registry, console http.Handler) (*httpServer, error) {
 	if addr == "" {
 		a.log.Info("http disabled (--http-addr is empty)")
 		return &httpServer{}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: listen on %s: %w", a.flagRef("http-addr"), addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -88,9 +85,22 @@ func (a *app) serveHTTP(addr string, relay readinessChecker, reg *prometheus.Reg
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if console != nil {
+		mux.Handle("/", console)
+	}
+	return a.listenHTTP(addr, mux)
+}
+
+// listenHTTP serves h on addr until shutdown and logs "http listening"
+// with the address bound.
+func (a *app) listenHTTP(addr string, h http.Handler) (*httpServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on %s: %w", a.flagRef("http-addr"), addr, err)
+	}
 	s := &httpServer{
 		srv: &http.Server{
-			Handler:           mux,
+			Handler:           h,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,

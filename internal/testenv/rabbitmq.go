@@ -548,3 +548,36 @@ func RestartRabbitMQ(t testing.TB) {
 		t.Fatalf("testenv: restart RabbitMQ: %v", err)
 	}
 }
+
+// RabbitMQTLS starts a RabbitMQ node of this test with a TLS listener whose
+// certificate pki issued, and returns its amqps URL
+// (amqps://guest:guest@127.0.0.1:PORT/). With requireClientCert, clients
+// must present a certificate pki signed. The node (boot takes 6 to 16 s) is
+// stopped by t.Cleanup.
+func RabbitMQTLS(t testing.TB, pki *PKI, requireClientCert bool) string {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	server := pki.Server("rabbitmq")
+	ctx, cancel := context.WithTimeout(context.Background(), rabbitmqStartTimeout)
+	defer cancel()
+	_, stop, err := StartRabbitMQ(ctx, RabbitMQOptions{Dir: t.TempDir(), Config: []string{
+		"listeners.ssl.default = 127.0.0.1:" + strconv.Itoa(port),
+		"ssl_options.cacertfile = " + pki.CAFile,
+		"ssl_options.certfile = " + server.CertFile,
+		"ssl_options.keyfile = " + server.KeyFile,
+		"ssl_options.verify = verify_peer",
+		"ssl_options.fail_if_no_peer_cert = " + strconv.FormatBool(requireClientCert),
+	}})
+	if err != nil {
+		t.Fatalf("testenv: RabbitMQ with TLS: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("testenv: stop RabbitMQ: %v", err)
+		}
+	})
+	return (&url.URL{Scheme: "amqps", User: url.UserPassword("guest", "guest"), Host: "127.0.0.1:" + strconv.Itoa(port), Path: "/"}).String()
+}

@@ -112,6 +112,8 @@ type names struct {
 	publishedIdx string
 	failedIdx    string
 	txidIdx      string
+	deadKeyIdx   string
+	deadTopicIdx string
 	channel      string // NOTIFY channel, unquoted (a value for pg_notify)
 	lockKey      string // advisory lock key text for Migrate
 }
@@ -131,6 +133,8 @@ func newNames(o Options) names {
 		publishedIdx: u("_messages_published_idx"),
 		failedIdx:    u("_dead_letters_failed_idx"),
 		txidIdx:      u("_messages_txid_idx"),
+		deadKeyIdx:   u("_dead_letters_key_idx"),
+		deadTopicIdx: u("_dead_letters_topic_idx"),
 		channel:      channelName(o.Schema, o.TablePrefix),
 		lockKey:      "outbox.migrate:" + o.Schema + "." + o.TablePrefix,
 	}

@@ -822,8 +822,8 @@ func TestMigrate(t *testing.T) {
 	if n := b.count(t, "_leases"); n != 16 {
 		t.Fatalf("%d lease rows, want 16", n)
 	}
-	if n := b.count(t, "_migrations"); n != 1 {
-		t.Fatalf("%d migration rows, want 1", n)
+	if n, want := b.count(t, "_migrations"), len(mustMigrations(t)); n != want {
+		t.Fatalf("%d migration rows, want %d (one per migration file)", n, want)
 	}
 	// Another Store on the same tables with P unset reads P; with another P
 	// it fails and names the option.
@@ -936,7 +936,8 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Outstanding != 3 || !st.OldestCreatedAt.Equal(clk.Now()) || len(st.Topics) != 2 ||
-		st.Topics[0] != (outbox.TopicCount{Topic: "a", Count: 2}) || st.Topics[1] != (outbox.TopicCount{Topic: "b", Count: 1}) {
+		st.Topics[0] != (outbox.TopicCount{Topic: "a", Count: 2, OldestCreatedAt: clk.Now()}) ||
+		st.Topics[1] != (outbox.TopicCount{Topic: "b", Count: 1, OldestCreatedAt: clk.Now()}) {
 		t.Fatalf("status = %+v", st)
 	}
 	if len(st.Partitions) != testPartitions || len(st.Relays) != 1 || st.Relays[0].Partitions != testPartitions {
@@ -960,4 +961,13 @@ func TestStatus(t *testing.T) {
 	if len(st.Relays) != 0 || st.Partitions[0].Owner != "" {
 		t.Errorf("expired relay or lease still shown: %+v %+v", st.Relays, st.Partitions[0])
 	}
+}
+
+func mustMigrations(t *testing.T) []migration {
+	t.Helper()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
 }
