@@ -230,6 +230,11 @@ func TestHostileNames(t *testing.T) {
 		{Options{TablePrefix: `a"b`}, "Options.TablePrefix"},
 		{Options{TablePrefix: strings.Repeat("p", MaxTablePrefixLen+1)}, "Options.TablePrefix"},
 		{Options{TablePrefix: "a-b"}, "Options.TablePrefix"},
+		// System schemas: pg_dump leaves them out (issue 11).
+		{Options{Schema: "information_schema"}, "Options.Schema \"information_schema\" is a system schema"},
+		{Options{Schema: "pg_outbox"}, "Options.Schema \"pg_outbox\" is a system schema"},
+		{Options{Schema: "PG_Catalog"}, "Options.Schema \"PG_Catalog\" is a system schema"},
+		{Options{TablePrefix: strings.Repeat("p", 40)}, "the limit is 39"},
 		{Options{Partitions: outbox.MaxPartitions + 1}, "Options.Partitions"},
 		{Options{Partitions: -1}, "Options.Partitions"},
 		{Options{MaxPayload: -1}, "Options.MaxPayload"},
