@@ -496,3 +496,33 @@ func TestBlockedByAlarm(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessRefusedIsBlocked: a user who may declare the exchange but not
+// write to it gets ACCESS_REFUSED (403) when publishing: that blocks the
+// topic (a permission is the destination's business, not the message's),
+// and the error says what to grant.
+func TestAccessRefusedIsBlocked(t *testing.T) {
+	user := "u_" + testenv.Name(t)
+	testenv.RabbitMQCtl(t, "add_user", user, "pw")
+	t.Cleanup(func() { testenv.RabbitMQCtl(t, "delete_user", user) })
+	// configure: everything; write: nothing; read: everything.
+	testenv.RabbitMQCtl(t, "set_permissions", "-p", "/", user, ".*", "^$", ".*")
+	exchange := "ex_" + testenv.Name(t)
+	t.Cleanup(func() { deleteExchange(t, exchange) })
+	url := strings.Replace(testenv.RabbitMQ(t), "guest:guest", user+":pw", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := rabbitmq.Dial(ctx, url, rabbitmq.Options{Exchange: exchange, Channels: 1})
+	if err != nil {
+		t.Fatalf("dial as a user who may configure the exchange: %v", err)
+	}
+	defer p.Close()
+	topic := "rmq." + testenv.Name(t)
+	errs := p.Publish(ctx, []*outbox.Message{newMessage(topic, "a", "1"), newMessage(topic, "b", "2")})
+	for i, err := range errs {
+		if !isBlocked(err, topic) {
+			t.Fatalf("message %d published without write permission: %v; want an error blocking %q", i, err, topic)
+		}
+	}
+	errorContains(t, errs[0], "ACCESS_REFUSED", "write permission")
+}
