@@ -68,6 +68,8 @@ type Relay struct {
 	partitions int
 	dests      *destinations
 	round      roundResult // of the last lease round; the coordinator's own
+	calls      *storeCalls // the workers' fetches and settles, coalesced
+	caps       capabilities
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -125,6 +127,8 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		drainedCh: make(chan struct{}, 1),
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
+	r.caps = capsOf(store, pub)
+	r.calls = newStoreCalls(r)
 	return r, nil
 }
 
@@ -301,7 +305,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	}
 	r.dests.wake = broadcast
 	wg.Go(func() { r.listen(workCtx) })
-	if c, ok := r.store.(Cleaner); ok {
+	if c := r.caps.cleaner; c != nil {
 		wg.Go(func() { r.clean(workCtx, c) })
 	}
 
@@ -383,8 +387,8 @@ func (r *Relay) notifyPartitions(ps []int) {
 // failures (meanwhile the workers poll). A PartitionNotifier's
 // notifications reach only the workers owning the partitions written.
 func (r *Relay) listen(ctx context.Context) {
-	pn, byPartition := r.store.(PartitionNotifier)
-	n, plain := r.store.(Notifier)
+	pn, n := r.caps.partNotifier, r.caps.notifier
+	byPartition, plain := pn != nil, n != nil
 	if !byPartition && !plain {
 		return
 	}
@@ -752,7 +756,7 @@ func (r *Relay) report(recs []*Record, outcomes []int, errs []error, took time.D
 // runUnordered is one worker of OrderingNone: claim with row locks,
 // publish, settle and commit, again and again.
 func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
-	us := r.store.(UnorderedStore)
+	us := r.caps.unordered
 	failures, blockedRounds := 0, 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
@@ -834,10 +838,11 @@ func (r *Relay) publish(ctx context.Context, recs []*Record, msgs []*Message) []
 		}
 	}
 	if bad == 0 {
-		return fixErrs(r.pub.Publish(ctx, msgs), len(msgs))
+		return r.send(ctx, recs, msgs)
 	}
 	errs := make([]error, len(msgs))
 	good := make([]*Message, 0, len(msgs)-bad)
+	goodRecs := make([]*Record, 0, len(msgs)-bad)
 	idx := make([]int, 0, len(msgs)-bad)
 	for i, rec := range recs {
 		if rec.DecodeError != "" {
@@ -845,10 +850,11 @@ func (r *Relay) publish(ctx context.Context, recs []*Record, msgs []*Message) []
 			continue
 		}
 		good = append(good, msgs[i])
+		goodRecs = append(goodRecs, rec)
 		idx = append(idx, i)
 	}
 	if len(good) > 0 {
-		for j, err := range fixErrs(r.pub.Publish(ctx, good), len(good)) {
+		for j, err := range r.send(ctx, goodRecs, good) {
 			errs[idx[j]] = err
 		}
 	}
@@ -872,14 +878,6 @@ func fixErrs(errs []error, n int) []error {
 	return out
 }
 
-// HealthChecker is implemented by publishers that can tell whether they
-// reach their broker now (a connection up, a metadata round trip). The
-// relay uses it to hand its leases back when it is cut off from the
-// broker, so relays that can publish take them over.
-type HealthChecker interface {
-	Healthy(ctx context.Context) error
-}
-
 // cutOff tracks whether the relay has been unable to reach its broker for a
 // lease TTL: it then hands its partitions back (and stops heartbeating, so
 // that other relays take them at once) until the broker is reachable again.
@@ -892,12 +890,12 @@ type cutOff struct {
 
 // check runs the health check and returns whether the relay is cut off.
 func (c *cutOff) check(ctx context.Context, r *Relay) bool {
-	hc, ok := r.pub.(HealthChecker)
-	if !ok {
+	hc := r.caps.health
+	if hc == nil {
 		return false
 	}
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-	err := hc.Healthy(hctx)
+	err := hc.Health(hctx)
 	cancel()
 	now := time.Now()
 	if err == nil {
@@ -960,4 +958,41 @@ func (e *eagerRounds) next(last roundResult) bool {
 	}
 	e.budget--
 	return true
+}
+
+// capabilities are the optional abilities of the store and publisher,
+// decided once in NewRelay: no type assertion on a hot path.
+type capabilities struct {
+	marked        MarkedFetcher     // late commits come with the fetch (nil: none)
+	commitOrdered bool              // nothing commits below a cursor: no sweep
+	cleaner       Cleaner           // retention cleanup (nil: none)
+	partNotifier  PartitionNotifier // notifications name partitions (nil: none)
+	notifier      Notifier          // plain notifications (nil: none)
+	unordered     UnorderedStore    // Ordering none (nil: unsupported)
+	health        HealthChecker     // the publisher's broker health (nil: unknown)
+}
+
+func capsOf(store Store, pub Publisher) capabilities {
+	var c capabilities
+	c.marked, _ = store.(MarkedFetcher)
+	_, c.commitOrdered = store.(CommitOrdered)
+	c.cleaner, _ = store.(Cleaner)
+	c.partNotifier, _ = store.(PartitionNotifier)
+	c.notifier, _ = store.(Notifier)
+	c.unordered, _ = store.(UnorderedStore)
+	c.health, _ = pub.(HealthChecker)
+	return c
+}
+
+// sweepEvery reports whether workers must sweep below their cursors, and how
+// often at least: stores with marks only as a safety net.
+func (c capabilities) sweepEvery(cfg Config) (every time.Duration, ok bool) {
+	switch {
+	case c.commitOrdered:
+		return 0, false
+	case c.marked != nil:
+		return max(cfg.SweepInterval, markedSweepInterval), true
+	default:
+		return cfg.SweepInterval, true
+	}
 }

@@ -440,7 +440,7 @@ func TestRelayDuplicateAckIsDelivered(t *testing.T) {
 }
 
 // cutPublisher cannot reach its broker while down is set: every publish is
-// refused as blocked and Healthy fails.
+// refused as blocked and Health fails.
 type cutPublisher struct {
 	broker
 	down atomic.Bool
@@ -457,7 +457,7 @@ func (p *cutPublisher) Publish(ctx context.Context, msgs []*outbox.Message) []er
 	return p.broker.Publish(ctx, msgs)
 }
 
-func (p *cutPublisher) Healthy(context.Context) error {
+func (p *cutPublisher) Health(context.Context) error {
 	if p.down.Load() {
 		return errors.New("nats: not connected")
 	}

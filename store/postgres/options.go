@@ -66,6 +66,11 @@ type Options struct {
 	// subscribed relays; default true. The relay polls as well, so turning
 	// it off only adds latency.
 	Notify *bool
+	// Inject, if set, adds to each message what the ctx of Write carries
+	// for consumers, before the message is validated: the trace context of
+	// the writing span, with outboxtrace.Injector (package tracing/otel).
+	// Default none: nothing is added.
+	Inject outbox.HeaderInjector
 }
 
 // WithDefaults returns a copy of o with every zero field set to its default.

@@ -74,7 +74,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) e
 	if len(msgs) == 0 {
 		return nil
 	}
-	args, err := w.args(msgs)
+	args, err := w.args(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Messag
 	if len(msgs) == 0 {
 		return nil
 	}
-	args, err := w.args(msgs)
+	args, err := w.args(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -126,8 +126,9 @@ func (w *Writer) checkCount(got int64, want int) error {
 	return nil
 }
 
-// args prepares msgs and returns the statement's column arrays.
-func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
+// args prepares msgs (with Options.Inject's headers) and returns the
+// statement's column arrays.
+func (w *Writer) args(ctx context.Context, msgs []outbox.Message) ([]any, error) {
 	now := time.Now()
 	var (
 		ids      = make([][16]byte, len(msgs))
@@ -140,6 +141,9 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 	)
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
+		if w.opts.Inject != nil {
+			m.Headers = w.opts.Inject(ctx, m.Headers)
+		}
 		if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
 			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
 		}
