@@ -26,6 +26,8 @@ const (
 	longestSuffix     = "_dead_letters_failed_idx"
 	// MaxPayloadLimit bounds Options.MaxPayload (a bytea holds at most 1 GiB).
 	MaxPayloadLimit = 256 << 20
+	// KeyLocksDefault is the default of Options.KeyLocks.
+	KeyLocksDefault = false
 	// maxErrorLen bounds the last_error text stored for a failure.
 	maxErrorLen = 4096
 )
@@ -64,6 +66,9 @@ type Options struct {
 	// subscribed relays; default true. The relay polls as well, so turning
 	// it off only adds latency.
 	Notify *bool
+	// KeyLocks makes a key's publish order its commit order, whatever the
+	// order in which the application takes its own locks (see Writer.Write).
+	KeyLocks *bool
 }
 
 // WithDefaults returns a copy of o with every zero field set to its default.
@@ -73,8 +78,10 @@ func (o Options) WithDefaults() Options {
 	o.TablePrefix = cmp.Or(o.TablePrefix, TablePrefixDefault)
 	o.MaxPayload = cmp.Or(o.MaxPayload, outbox.MaxPayloadDefault)
 	if o.Notify == nil {
-		t := true
-		o.Notify = &t
+		o.Notify = new(true)
+	}
+	if o.KeyLocks == nil {
+		o.KeyLocks = new(KeyLocksDefault)
 	}
 	return o
 }

@@ -23,9 +23,10 @@ import (
 // transaction, so that they exist if and only if that transaction commits.
 // A Writer is immutable and safe for concurrent use.
 type Writer struct {
-	opts Options
-	n    names
-	sql  string // the INSERT (with pg_notify when Options.Notify)
+	opts  Options
+	n     names
+	sql   string     // the INSERT (with pg_notify when Options.Notify)
+	locks *keyLocker // nil unless Options.KeyLocks
 }
 
 // NewWriter returns a Writer for the tables named by opts (Schema,
@@ -37,7 +38,11 @@ func NewWriter(opts Options) (*Writer, error) {
 		return nil, err
 	}
 	n := newNames(opts)
-	return &Writer{opts: opts, n: n, sql: writeSQL(n, *opts.Notify)}, nil
+	w := &Writer{opts: opts, n: n, sql: writeSQL(n, *opts.Notify, *opts.KeyLocks)}
+	if *opts.KeyLocks {
+		w.locks = newKeyLocker(opts)
+	}
+	return w, nil
 }
 
 var defaultWriter = sync.OnceValue(func() *Writer {
@@ -137,6 +142,9 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 		payloads = make([][]byte, len(msgs))
 		headers  = make([]*string, len(msgs))
 		created  = make([]time.Time, len(msgs))
+		// with key locks: the hashes and lock IDs of the keyed messages
+		keyHashes []uint32
+		keyLocks  []int64
 	)
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
@@ -151,7 +159,20 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 			return nil, fmt.Errorf("postgres: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "ID", Reason: err.Error()})
 		}
 		ids[i] = id
-		hashes[i] = int64(keyHash(m.Key))
+		// The partition hash is the first 4 bytes of SHA-256(key) as a
+		// little-endian uint32, so that hash % P equals
+		// outbox.PartitionOf(key, P); an empty key gets a random one.
+		if m.Key == "" {
+			hashes[i] = int64(rand.Uint32())
+		} else {
+			sum := sha256.Sum256([]byte(m.Key))
+			h := binary.LittleEndian.Uint32(sum[:4])
+			hashes[i] = int64(h)
+			if w.locks != nil {
+				keyHashes = append(keyHashes, h)
+				keyLocks = append(keyLocks, w.locks.keyLock(&sum))
+			}
+		}
 		topics[i] = m.Topic
 		keys[i] = m.Key
 		payloads[i] = m.Payload
@@ -169,22 +190,16 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 		created[i] = m.CreatedAt
 	}
 	args := []any{ids, hashes, topics, keys, payloads, headers, created}
+	if w.locks != nil {
+		shared, exclusive := w.locks.locks(keyHashes, keyLocks)
+		args = append(args, shared, exclusive)
+	}
 	if *w.opts.Notify {
 		args = append(args, w.n.channel)
 	}
 	return args, nil
 }
 
-// keyHash is the 32-bit hash behind outbox.PartitionOf: the first 4 bytes of
-// SHA-256(key) as a little-endian uint32, so that hash % P equals
-// outbox.PartitionOf(key, P). An empty key gets a random hash.
-func keyHash(key string) uint32 {
-	if key == "" {
-		return rand.Uint32()
-	}
-	sum := sha256.Sum256([]byte(key))
-	return binary.LittleEndian.Uint32(sum[:4])
-}
 
 // parseUUID decodes a canonical lower-case UUID string (as
 // outbox.ValidateID accepts) in one pass; its errors are ValidateID's.
