@@ -255,7 +255,7 @@ func TestKeyLocksLargeWrite(t *testing.T) {
 	w := b.store.Writer()
 	var big []outbox.Message
 	groups := map[uint32]bool{}
-	for i := range 100 { // more than keyLockMaxKeys, in fewer groups than keyLockGroups
+	for i := range 300 { // more than keyLockMaxKeys, in fewer groups than keyLockGroups
 		key := fmt.Sprintf("key-%d", i)
 		big = append(big, outbox.Message{Topic: "big", Key: key})
 		groups[groupOf(key)] = true

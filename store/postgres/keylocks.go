@@ -16,8 +16,8 @@ import (
 // them, in the order their transactions committed.
 //
 // PostgreSQL's lock table is shared and bounded (max_locks_per_transaction
-// × max_connections entries, 6,400 by default), so a write does not take
-// a lock per key whatever its size:
+// × (max_connections + max_prepared_transactions) entries, 6,400 by
+// default), so a write does not take a lock per key whatever its size:
 //
 //   - A write of at most keyLockMaxKeys distinct keys takes a shared lock
 //     on the group of each key (one of keyLockGroups, by the key's hash),
@@ -33,7 +33,7 @@ import (
 // one another. Lock IDs are 64-bit and specific to the schema and table
 // prefix; keyless messages take no lock (they have no order).
 const (
-	keyLockMaxKeys = 64
+	keyLockMaxKeys = 256
 	keyLockGroups  = 256
 )
 

@@ -66,8 +66,19 @@ type Options struct {
 	// subscribed relays; default true. The relay polls as well, so turning
 	// it off only adds latency.
 	Notify *bool
-	// KeyLocks makes a key's publish order its commit order, whatever the
-	// order in which the application takes its own locks (see Writer.Write).
+	// KeyLocks makes a key's publish order its commit order whatever the
+	// order in which the application takes its own locks; default
+	// [KeyLocksDefault]. Write then takes a transaction-scoped advisory lock
+	// per key (per group of keys for a write of more than 256 keys) before
+	// its messages draw their sequence numbers, held until the transaction
+	// ends: of two transactions writing a key, the later writer waits for
+	// the earlier one to commit or roll back. Without it a key's publish
+	// order is its insert order, which is its commit order only when the
+	// key's writers are serialised before they call Write (see
+	// [Writer.Write]). With it, a transaction that takes one of the
+	// application's own locks after Write while another takes that lock
+	// before its Write of the same key deadlocks with it: PostgreSQL aborts
+	// one of them (SQLSTATE 40P01) after deadlock_timeout; retry it.
 	KeyLocks *bool
 }
 

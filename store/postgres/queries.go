@@ -86,7 +86,7 @@ type queries struct {
 
 func newQueries(n names, opts Options) queries {
 	var q queries
-	q.partitions = `SELECT partitions FROM ` + n.meta
+	q.partitions = `SELECT partitions, pg_is_in_recovery() FROM ` + n.meta
 
 	// Upsert this node, forget expired ones, and count the live ones. The
 	// main query sees the table as before the CTEs ran, hence "+ 1" for

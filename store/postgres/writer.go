@@ -69,6 +69,27 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 // number of messages) and, unless Options.Notify is false, queues a NOTIFY
 // that PostgreSQL delivers when tx commits.
 //
+// Order. Each message draws its sequence number (Record.Seq) from a
+// PostgreSQL sequence when Write inserts it, and the relay publishes a
+// key's messages in that order. Without Options.KeyLocks that is insert
+// order: it equals commit order when the writers of a key are serialised
+// before they call Write, for example by updating (or SELECT … FOR
+// UPDATE) the key's aggregate row first, or when one writer at a time
+// writes each key. An application that writes the message first and
+// locks the row after (some ORMs flush inserts before updates) can commit
+// two transactions of a key in the other order than they wrote: T1 writes
+// M1, T2 writes M2, T2 updates the row, T1 waits for it, T2 commits, T1
+// commits; M1 is published first (or, if the relay fetched between the two
+// commits, M2 first and M1 as soon as it commits). With Options.KeyLocks
+// Write first takes the key's lock, held until tx ends, so T2's Write
+// waits for T1 to commit: publish order is commit order, whatever the
+// order of the application's own locks. A transaction that locks its row
+// before Write, while another locks it after its own Write of the same
+// key, then deadlocks with it; PostgreSQL aborts one (SQLSTATE 40P01) and
+// the application retries it, as for any deadlock. Keep one order
+// (Write first, or the row first) in every transaction of a key to avoid
+// it.
+//
 // Each message is prepared on a copy (msgs are not modified or retained):
 // an empty ID gets a new UUIDv7 and a zero CreatedAt the current time. If
 // any message is invalid, Write returns an error naming its index and field
@@ -199,7 +220,6 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 	}
 	return args, nil
 }
-
 
 // parseUUID decodes a canonical lower-case UUID string (as
 // outbox.ValidateID accepts) in one pass; its errors are ValidateID's.
