@@ -62,6 +62,21 @@ func (e *orderEnv) begin(t *testing.T) pgx.Tx {
 	return tx
 }
 
+// writeIn writes m in tx, and commit commits tx, failing the test on error.
+func (e *orderEnv) writeIn(t *testing.T, tx pgx.Tx, m outbox.Message) {
+	t.Helper()
+	if err := e.store.Writer().Write(e.ctx, tx, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *orderEnv) commit(t *testing.T, tx pgx.Tx) {
+	t.Helper()
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *orderEnv) update(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, "UPDATE "+e.agg+" SET n = n + 1 WHERE id = 'k'")
 	return err
@@ -116,26 +131,18 @@ func TestPlainWritePublishesInInsertOrder(t *testing.T) {
 	e := newOrderEnv(t, Options{KeyLocks: new(false)})
 	m1, m2 := keyed(), keyed()
 	t1, t2 := e.begin(t), e.begin(t)
-	if err := e.store.Writer().Write(e.ctx, t1, m1); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.Writer().Write(e.ctx, t2, m2); err != nil {
-		t.Fatal(err)
-	}
+	e.writeIn(t, t1, m1)
+	e.writeIn(t, t2, m2)
 	if err := e.update(e.ctx, t2); err != nil {
 		t.Fatal(err)
 	}
 	t1Update := async(func() error { return e.update(e.ctx, t1) })
 	e.waitLocked(t, t1, "T1 to wait for the row T2 updated")
-	if err := t2.Commit(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.commit(t, t2)
 	if err := <-t1Update; err != nil {
 		t.Fatal(err)
 	}
-	if err := t1.Commit(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.commit(t, t1)
 	e.startRelay(t)
 	if ids := e.published(t, 2); ids[0] != m1.ID || ids[1] != m2.ID {
 		t.Fatalf("published %v, want M1 %s then M2 %s (insert order; the commit order was M2, M1)", ids, m1.ID, m2.ID)
@@ -152,9 +159,7 @@ func TestKeyLocksPublishInCommitOrder(t *testing.T) {
 	e.startRelay(t) // running throughout: publish order is commit order whenever it fetches
 	m1, m2 := keyed(), keyed()
 	t1, t2 := e.begin(t), e.begin(t)
-	if err := e.store.Writer().Write(e.ctx, t1, m1); err != nil {
-		t.Fatal(err)
-	}
+	e.writeIn(t, t1, m1)
 	t2Write := async(func() error {
 		if err := e.store.Writer().Write(e.ctx, t2, m2); err != nil {
 			return err
@@ -165,15 +170,11 @@ func TestKeyLocksPublishInCommitOrder(t *testing.T) {
 	if err := e.update(e.ctx, t1); err != nil { // the row is free: T2 never got to it
 		t.Fatal(err)
 	}
-	if err := t1.Commit(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.commit(t, t1)
 	if err := <-t2Write; err != nil {
 		t.Fatal(err)
 	}
-	if err := t2.Commit(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.commit(t, t2)
 	if ids := e.published(t, 2); ids[0] != m1.ID || ids[1] != m2.ID {
 		t.Fatalf("published %v, want M1 %s then M2 %s (commit order)", ids, m1.ID, m2.ID)
 	}
@@ -195,9 +196,7 @@ func TestKeyLocksDeadlockWithApplicationLocks(t *testing.T) {
 	if err := e.update(e.ctx, t2); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.Writer().Write(e.ctx, t1, m1); err != nil {
-		t.Fatal(err)
-	}
+	e.writeIn(t, t1, m1)
 	t1Update := async(func() error { return e.update(e.ctx, t1) })
 	e.waitLocked(t, t1, "T1 to wait for the row T2 updated")
 	t2Write := async(func() error { return e.store.Writer().Write(e.ctx, t2, m2) })
@@ -211,28 +210,20 @@ func TestKeyLocksDeadlockWithApplicationLocks(t *testing.T) {
 		t.Helper()
 		m.ID = outbox.NewID()
 		tx := e.begin(t)
-		if err := e.store.Writer().Write(e.ctx, tx, m); err != nil {
-			t.Fatal(err)
-		}
+		e.writeIn(t, tx, m)
 		if err := e.update(e.ctx, tx); err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.Commit(e.ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.commit(t, tx)
 		order = append(order, m.ID)
 	}
 	switch {
 	case deadlock(err1) && err2 == nil:
-		if err := t2.Commit(e.ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.commit(t, t2)
 		order = append(order, m2.ID)
 		retry(m1)
 	case deadlock(err2) && err1 == nil:
-		if err := t1.Commit(e.ctx); err != nil {
-			t.Fatal(err)
-		}
+		e.commit(t, t1)
 		order = append(order, m1.ID)
 		retry(m2)
 	default:
