@@ -5,9 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/outboxrelay/outbox/internal/redact"
 )
@@ -245,15 +247,20 @@ func tlsRefusal(err error, t BrokerTLS) string {
 		return "the broker's TLS certificate is not valid for the host in --broker"
 	case errors.As(err, &invalid):
 		return "the broker's TLS certificate is invalid (" + invalid.Error() + ")"
-	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "unknown certificate authority") ||
-		strings.Contains(msg, "closed by remote after TLS handshake"):
-		// With TLS 1.3 the server checks the client certificate after the
-		// handshake: the client may see the alert or only a closed
-		// connection.
+	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "unknown certificate authority"):
 		if t.CertFile == "" {
 			return fmt.Sprintf("the broker requires a client certificate (mutual TLS); give %s and %s", BrokerCertFileFlag, BrokerKeyFileFlag)
 		}
 		return fmt.Sprintf("the broker refused the client certificate %s (%s)", t.CertFile, BrokerCertFileFlag)
+	case t.enabled() && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) ||
+		strings.Contains(msg, "closed by remote after TLS handshake")):
+		// With TLS 1.3 the server checks the client certificate after the
+		// handshake: the client may see the alert, or only a connection
+		// closed or reset by the server.
+		if t.CertFile == "" {
+			return fmt.Sprintf("the broker closed the TLS connection after the handshake: it requires a client certificate (mutual TLS), most likely; give %s and %s", BrokerCertFileFlag, BrokerKeyFileFlag)
+		}
+		return fmt.Sprintf("the broker closed the TLS connection after the handshake: it refused the client certificate %s (%s), most likely", t.CertFile, BrokerCertFileFlag)
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the broker does not speak TLS on that port; remove the TLS options or use the TLS port"
 	}
