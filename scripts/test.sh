@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the module, installing first what the tests need when
-# it is missing: PostgreSQL 15 server binaries and RabbitMQ (Debian
-# packages), and dynalite (npm, pinned in package-lock.json).
+# it is missing: PostgreSQL 15 server binaries, RabbitMQ and systemd (for
+# systemd-analyze) from Debian's packages, and dynalite (npm, pinned in
+# package-lock.json).
 # Usage: scripts/test.sh [extra `go test` arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,9 @@ if [ ! -x /usr/lib/postgresql/15/bin/postgres ]; then
 fi
 if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
   apt_install rabbitmq-server
+fi
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  apt_install systemd # deploy/: systemd-analyze verify on the unit
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm
