@@ -81,23 +81,8 @@ type NATSAuth struct {
 }
 
 func (a NATSAuth) set() []string {
-	var s []string
-	if a.CredsFile != "" {
-		s = append(s, "--nats-creds-file")
-	}
-	if a.NkeyFile != "" {
-		s = append(s, "--nats-nkey-file")
-	}
-	if a.Token != "" {
-		s = append(s, "--nats-token")
-	}
-	if a.User != "" {
-		s = append(s, "--nats-user")
-	}
-	if a.Password != "" {
-		s = append(s, "--nats-password")
-	}
-	return s
+	return flagsGiven(a.CredsFile, "--nats-creds-file", a.NkeyFile, "--nats-nkey-file", a.Token, "--nats-token",
+		a.User, "--nats-user", a.Password, "--nats-password")
 }
 
 // describe names the credentials used, for an error saying they were
@@ -131,17 +116,7 @@ type KafkaSASL struct {
 }
 
 func (s KafkaSASL) set() []string {
-	var out []string
-	if s.Mechanism != "" {
-		out = append(out, "--kafka-sasl-mechanism")
-	}
-	if s.User != "" {
-		out = append(out, "--kafka-sasl-user")
-	}
-	if s.Password != "" {
-		out = append(out, "--kafka-sasl-password")
-	}
-	return out
+	return flagsGiven(s.Mechanism, "--kafka-sasl-mechanism", s.User, "--kafka-sasl-user", s.Password, "--kafka-sasl-password")
 }
 
 // AMQPAuth are credentials for RabbitMQ beyond the URL's.
@@ -213,20 +188,23 @@ func (o BrokerOptions) checkSecurity(u *url.URL) error {
 
 // given lists the TLS flags set.
 func (t BrokerTLS) given() []string {
-	var s []string
+	enable := ""
 	if t.Enable {
-		s = append(s, BrokerTLSFlag)
+		enable = "true"
 	}
-	if t.CAFile != "" {
-		s = append(s, BrokerCAFileFlag)
+	return flagsGiven(enable, BrokerTLSFlag, t.CAFile, BrokerCAFileFlag, t.CertFile, BrokerCertFileFlag, t.KeyFile, BrokerKeyFileFlag)
+}
+
+// flagsGiven takes pairs of a value and its flag and returns the flags
+// whose values are not empty, in order.
+func flagsGiven(valueFlagPairs ...string) []string {
+	var out []string
+	for i := 0; i+1 < len(valueFlagPairs); i += 2 {
+		if valueFlagPairs[i] != "" {
+			out = append(out, valueFlagPairs[i+1])
+		}
 	}
-	if t.CertFile != "" {
-		s = append(s, BrokerCertFileFlag)
-	}
-	if t.KeyFile != "" {
-		s = append(s, BrokerKeyFileFlag)
-	}
-	return s
+	return out
 }
 
 // tlsRefusal explains a TLS handshake failure in terms of the flags, or
