@@ -19,6 +19,38 @@ import (
 func init() {
 	RegisterStore("postgres", openPostgres)
 	RegisterStore("postgresql", openPostgres)
+	RegisterMigrationSQL("postgres", postgresMigrationSQL)
+	RegisterMigrationSQL("postgresql", postgresMigrationSQL)
+}
+
+// postgresMigrationSQL prints the tables' SQL; the URL only names the
+// scheme (its host is never contacted).
+func postgresMigrationSQL(_ *url.URL, o StoreOptions) (string, error) {
+	return postgres.MigrationSQL(postgres.Options{
+		Schema:      o.Schema,
+		TablePrefix: o.TablePrefix,
+		Partitions:  o.Partitions,
+	})
+}
+
+// MigrateWithReport migrates and reports what it did.
+func (s postgresStore) MigrateWithReport(ctx context.Context) (MigrateReport, error) {
+	rep, err := s.Store.MigrateWithReport(ctx)
+	out := MigrateReport{Created: rep.Created, DroppedInvalid: rep.DroppedInvalid, Partitions: rep.Partitions}
+	for _, m := range rep.Applied {
+		out.Applied = append(out.Applied, m.String())
+	}
+	return out, err
+}
+
+// PendingMigrations lists the migrations Migrate would apply.
+func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) {
+	ms, err := s.Store.PendingMigrations(ctx)
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.String()
+	}
+	return out, err
 }
 
 // postgresStore adapts *postgres.Store, whose Close returns nothing. The

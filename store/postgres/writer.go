@@ -120,9 +120,9 @@ func (w *Writer) dest(n *int64) []any {
 	return []any{n}
 }
 
-// WriteSQL is Write for a database/sql transaction opened on the pgx stdlib
-// driver (github.com/jackc/pgx/v5/stdlib); other drivers cannot encode the
-// array parameters.
+// WriteSQL is Write for a database/sql transaction, opened with any
+// PostgreSQL driver (pgx's stdlib, lib/pq, …): the arrays are sent as
+// PostgreSQL array literals.
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -137,7 +137,7 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Messag
 	if *w.opts.Notify {
 		dest = append(dest, &void)
 	}
-	if err := tx.QueryRowContext(ctx, w.sql, args...).Scan(dest...); err != nil {
+	if err := tx.QueryRowContext(ctx, w.sql, textArrays(args)...).Scan(dest...); err != nil {
 		return wrapErr("write", w.opts, err)
 	}
 	return w.checkCount(n, len(msgs))
