@@ -118,28 +118,33 @@ func TestWriteInvalidWritesNothing(t *testing.T) {
 
 func TestWriteSQL(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	db := stdlib.OpenDBFromPool(b.store.Pool())
-	defer db.Close()
-	tx, err := db.BeginTx(b.ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = b.store.Writer().WriteSQL(b.ctx, tx,
-		outbox.Message{Topic: "a", Key: "k", Payload: []byte("1"), Headers: map[string]string{"h": "v"}},
-		outbox.Message{Topic: "a", Key: "k", Payload: []byte("2")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := b.count(t, "_messages"); n != 0 {
-		t.Errorf("%d messages visible before commit, want 0", n)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	recs := b.all(t)
-	if len(recs) != 2 || string(recs[0].Payload) != "1" || string(recs[1].Payload) != "2" || recs[0].Headers["h"] != "v" {
-		t.Fatalf("got %+v, want payloads 1 and 2 in order", recs)
+	for _, locks := range []bool{false, true} {
+		t.Run(fmt.Sprintf("KeyLocks=%v", locks), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, Options{KeyLocks: new(locks)})
+			db := stdlib.OpenDBFromPool(b.store.Pool())
+			defer db.Close()
+			tx, err := db.BeginTx(b.ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = b.store.Writer().WriteSQL(b.ctx, tx,
+				outbox.Message{Topic: "a", Key: "k", Payload: []byte("1"), Headers: map[string]string{"h": "v"}},
+				outbox.Message{Topic: "a", Key: "k", Payload: []byte("2")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := b.count(t, "_messages"); n != 0 {
+				t.Errorf("%d messages visible before commit, want 0", n)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			recs := b.all(t)
+			if len(recs) != 2 || string(recs[0].Payload) != "1" || string(recs[1].Payload) != "2" || recs[0].Headers["h"] != "v" {
+				t.Fatalf("got %+v, want payloads 1 and 2 in order", recs)
+			}
+		})
 	}
 }
 
