@@ -513,3 +513,45 @@ func TestRelayJoiningTakesHandedBackPartitionsAtOnce(t *testing.T) {
 		return b.Stats().Leases == 8 && a.Stats().Leases == 8
 	})
 }
+
+// sweepCounter records the most cursors a sweep's Fetch (limit 1) asked for.
+type sweepCounter struct {
+	outbox.Store
+	most atomic.Int64
+}
+
+func (s *sweepCounter) Fetch(ctx context.Context, cs []outbox.Cursor, limit int) ([]outbox.Record, error) {
+	if limit == 1 && int64(len(cs)) > s.most.Load() {
+		s.most.Store(int64(len(cs)))
+	}
+	return s.Store.Fetch(ctx, cs, limit)
+}
+
+// A big transaction that commits late below the cursors of a store without
+// marks is read by the sweep a fetch's worth at a time, not all at once:
+// memory stays bounded by FetchSize. Everything is still published.
+func TestRelaySweepReadsBigLateCommitInBoundedSteps(t *testing.T) {
+	st := memstore.New(1, nil)
+	var late []outbox.Message
+	for i := range 200 {
+		late = append(late, outbox.Message{ID: outbox.NewID(), Topic: "t", Key: fmt.Sprintf("late%d", i)})
+	}
+	commitLate, err := st.Begin(late...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Write(context.Background(), outbox.Message{Topic: "t", Key: "later"}); err != nil {
+		t.Fatal(err)
+	}
+	sc := &sweepCounter{Store: struct{ outbox.Store }{st}} // no marks: the sweep must find them
+	cfg := fastConfig()
+	cfg.Workers, cfg.BatchSize, cfg.FetchSize = 1, 4, 8
+	b := &broker{}
+	startRelay(t, sc, b, cfg)
+	waitFor(t, "the later record published", 10*time.Second, func() bool { return len(b.delivered()) == 1 })
+	commitLate()
+	waitFor(t, "the late transaction published", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	if most := sc.most.Load(); most > int64(cfg.FetchSize/2) {
+		t.Fatalf("a sweep fetched %d late records at once, want at most FetchSize/2 = %d", most, cfg.FetchSize/2)
+	}
+}

@@ -626,6 +626,8 @@ func (w *worker) swept(ctx context.Context, res sweepResult) {
 			w.parts[p].q.each(func(rec *Record) { queued[rec.ID] = true })
 		}
 		var late []Cursor
+		perPart := map[int]int{}
+		capped := false
 		for _, ref := range res.refs {
 			ps := w.parts[ref.Partition]
 			_, gone := w.gone[ref.ID]
@@ -637,7 +639,18 @@ func (w *worker) swept(ctx context.Context, res sweepResult) {
 				// no key): the rewind reads it when the key recovers.
 				continue
 			}
+			if perPart[ref.Partition] >= max(1, w.r.cfg.FetchSize/2) {
+				// A big late transaction: read it a fetch's worth at a
+				// time (references come in Seq order), the rest at once
+				// after, so memory stays bounded by FetchSize.
+				capped = true
+				continue
+			}
+			perPart[ref.Partition]++
 			late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
+		}
+		if capped {
+			w.lastSweep = time.Time{} // sweep again as soon as this one is applied
 		}
 		if len(late) == 0 {
 			w.pruneGone()
