@@ -39,6 +39,7 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, req Req) Res {
 	leading := c.running < c.max
 	if leading {
 		c.running++
+		cl.led = true // a leader already: never to be handed the lead
 	}
 	c.mu.Unlock()
 	if !leading {

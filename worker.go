@@ -467,7 +467,10 @@ func (w *worker) refill(ctx context.Context) {
 		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
 	}
 	if poll {
-		w.lastPoll = now // polled, even if every partition was full or shed
+		// Polled, even if every partition was full or shed. Polls fall on
+		// multiples of PollInterval, the same for every worker, so that an
+		// idle relay's polls are coalesced into one fetch.
+		w.lastPoll = now.Truncate(cfg.PollInterval)
 	}
 	if len(cursors) == 0 {
 		return

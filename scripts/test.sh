@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the module, installing first what the tests need when
-# it is missing: PostgreSQL 15 server binaries, RabbitMQ and Chromium
-# (Debian packages), and dynalite (npm, pinned in package-lock.json).
+# it is missing: PostgreSQL 15 server binaries, RabbitMQ, Chromium and
+# systemd (for systemd-analyze) from Debian's packages, and dynalite (npm,
+# pinned in package-lock.json).
 # Usage: scripts/test.sh [extra `go test` arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,9 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 fi
 if ! command -v chromium >/dev/null 2>&1; then
   apt_install chromium # the console's browser tests drive it headless
+fi
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  apt_install systemd # deploy/: systemd-analyze verify on the unit
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm
