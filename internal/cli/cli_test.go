@@ -268,6 +268,25 @@ func stream(t *testing.T, s *server.Server, subjects ...string) jetstream.Stream
 	return st
 }
 
+// setMaxMsgSize sets the largest message st accepts (-1: no limit).
+func setMaxMsgSize(t *testing.T, s *server.Server, st jetstream.Stream, size int32) {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgSize = size
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func streamMsgs(t *testing.T, st jetstream.Stream) uint64 {
 	t.Helper()
 	info, err := st.Info(t.Context())
@@ -445,8 +464,11 @@ func TestDLQListRequeuePurge(t *testing.T) {
 	t.Parallel()
 	dsn := migrated(t, 4)
 	ns := testenv.NATS(t)
-	// No stream listens on "nostream.>": publishing fails for good and the
-	// relay dead-letters at once.
+	// The stream on "nostream.>" takes no message as large as these (with
+	// their headers): publishing fails for good (a missing stream would only
+	// block the topic) and the relay dead-letters at once.
+	st := stream(t, ns, "nostream.>")
+	setMaxMsgSize(t, ns, st, 64)
 	write(t, dsn, messages("nostream.created", 3, 3))
 	write(t, dsn, messages("nostream.paid", 2, 2))
 
@@ -528,8 +550,8 @@ func TestDLQListRequeuePurge(t *testing.T) {
 		t.Fatalf("dlq list --json after purge: %v", r)
 	}
 
-	// The requeued message goes out once a stream exists for it.
-	st := stream(t, ns, "nostream.>")
+	// The requeued message goes out once the stream takes it.
+	setMaxMsgSize(t, ns, st, -1)
 	b2 := start(t, nil, "relay", "--store", dsn, "--broker", ns.ClientURL(), "--http-addr", "", "--poll-interval", "50ms")
 	poll(t, "the requeued message to be published", func() bool { return streamMsgs(t, st) == 1 })
 	if code := b2.stop(t); code != 0 {
