@@ -29,6 +29,15 @@ func writerTopics() []string {
 // with a durable queue bound to "e2e.#", read back in queue order (one
 // queue: arrival order, which is per-key publish order).
 func rabbitTarget(t *testing.T) *target {
+	tg, _, _ := rabbitExchange(t, true)
+	return tg
+}
+
+// rabbitExchange declares the test's own topic exchange and a durable queue
+// of the same name, bound to "e2e.#" when bind is set, and returns the
+// target, a channel and the name (to bind it later). Both go away with the
+// test.
+func rabbitExchange(t *testing.T, bind bool) (*target, *amqp.Channel, string) {
 	base := testenv.RabbitMQ(t)
 	name := testenv.Name(t)
 	conn, err := amqp.Dial(base)
@@ -46,8 +55,10 @@ func rabbitTarget(t *testing.T) *target {
 	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.QueueBind(name, "e2e.#", name, false, nil); err != nil {
-		t.Fatal(err)
+	if bind {
+		if err := ch.QueueBind(name, "e2e.#", name, false, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		_, _ = ch.QueueDelete(name, false, false, false)
@@ -57,7 +68,7 @@ func rabbitTarget(t *testing.T) *target {
 	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	return &target{name: "rabbitmq", url: base + sep + "exchange=" + name, read: rabbitQueueReader(ch, name)}
+	return &target{name: "rabbitmq", url: base + sep + "exchange=" + name, read: rabbitQueueReader(ch, name)}, ch, name
 }
 
 // kafkaTarget: a kfake cluster with the writers' topics (4 partitions

@@ -155,19 +155,27 @@ func jetStream(t *testing.T, url string) jetstream.JetStream {
 	return js
 }
 
+// natsMistake sets up a store and a restartable JetStream server with
+// stream cfg.
+func natsMistake(t *testing.T, cfg jetstream.StreamConfig) (*env, *restartableNATS, jetstream.JetStream) {
+	t.Helper()
+	e := setupWith(t, 8, func(t *testing.T) *target { return &target{name: "nats"} })
+	ns := newRestartableNATS(t)
+	js := jetStream(t, ns.url())
+	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return e, ns, js
+}
+
 var mistakeStream = jetstream.StreamConfig{Name: "MISTAKE", Subjects: []string{"e2e.>"}, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute}
 
 // A stream deleted mid-run and recreated 10 s later: the messages written
 // meanwhile wait, none is dead-lettered, and all arrive in key order.
 func TestMistakeNATSStreamDeletedAndRecreated(t *testing.T) {
 	t.Parallel()
-	e := setupWith(t, 8, func(t *testing.T) *target { return &target{name: "nats"} })
-	ns := newRestartableNATS(t)
-	js := jetStream(t, ns.url())
+	e, ns, js := natsMistake(t, mistakeStream)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, mistakeStream); err != nil {
-		t.Fatal(err)
-	}
 	r := mistakeRelay(t, e, ns.url(), 1)
 	before := brokertest.NewChecker()
 	writeSome(t, e, before, "e2e.a", 200, 20)
@@ -193,15 +201,10 @@ func TestMistakeNATSStreamDeletedAndRecreated(t *testing.T) {
 // operator raises the limit, everything arrives, nothing dead-lettered.
 func TestMistakeNATSStreamFull(t *testing.T) {
 	t.Parallel()
-	e := setupWith(t, 8, func(t *testing.T) *target { return &target{name: "nats"} })
-	ns := newRestartableNATS(t)
-	js := jetStream(t, ns.url())
-	ctx := context.Background()
 	cfg := mistakeStream
 	cfg.MaxMsgs, cfg.Discard = 100, jetstream.DiscardNew
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	e, ns, js := natsMistake(t, cfg)
+	ctx := context.Background()
 	r := mistakeRelay(t, e, ns.url(), 1)
 	c := brokertest.NewChecker()
 	writeSome(t, e, c, "e2e.a", 400, 25)
@@ -223,13 +226,7 @@ func TestMistakeNATSStreamFull(t *testing.T) {
 // spends the same attempts many times over.)
 func TestMistakeNATSOutage(t *testing.T) {
 	t.Parallel()
-	e := setupWith(t, 8, func(t *testing.T) *target { return &target{name: "nats"} })
-	ns := newRestartableNATS(t)
-	js := jetStream(t, ns.url())
-	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, mistakeStream); err != nil {
-		t.Fatal(err)
-	}
+	e, ns, js := natsMistake(t, mistakeStream)
 	r := mistakeRelay(t, e, ns.url(), 3)
 	c := brokertest.NewChecker()
 	var stop atomic.Bool
@@ -279,33 +276,9 @@ func TestMistakeKafkaTopicMissing(t *testing.T) {
 // order, nothing dead-lettered.
 func TestMistakeRabbitMQExchangeUnbound(t *testing.T) {
 	t.Parallel()
-	e := setupWith(t, 8, func(t *testing.T) *target { return &target{name: "rabbitmq"} })
-	base := testenv.RabbitMQ(t)
-	name := testenv.Name(t)
-	conn, err := amqp.Dial(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = ch.QueueDelete(name, false, false, false)
-		_ = ch.ExchangeDelete(name, false, false)
-	})
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	r := mistakeRelay(t, e, base+sep+"exchange="+name, 1)
+	tg, ch, name := rabbitExchange(t, false)
+	e := setupWith(t, 8, func(t *testing.T) *target { return tg })
+	r := mistakeRelay(t, e, tg.url, 1)
 	c := brokertest.NewChecker()
 	writeSome(t, e, c, "e2e.a", 300, 20)
 	waitFor(t, "the destination reported blocked (unroutable)", time.Minute, func() bool { return len(r.Blocked()) == 1 })
@@ -314,7 +287,7 @@ func TestMistakeRabbitMQExchangeUnbound(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the outbox to drain after the binding", time.Minute, func() bool { return outstanding(t, e) == 0 })
-	verify(t, &env{target: &target{name: "rabbitmq", read: rabbitQueueReader(ch, name)}}, c)
+	verify(t, e, c)
 	noDeadLetters(t, e, r)
 }
 

@@ -26,6 +26,12 @@ func TestFetchMarkedLimitsLateCommits(t *testing.T) {
 		limit = 10
 	)
 	b := setup(t, Options{Partitions: parts})
+	// About 2,000 fetches of 10 rows, each reading the late transaction's
+	// rows through the txid index: more than setup's minute on a loaded
+	// machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b.ctx = ctx
 	leases, err := b.store.AcquireLeases(b.ctx, "n", nil, parts, time.Hour)
 	if err != nil || len(leases) != parts {
 		t.Fatalf("leases %v, %v", leases, err)
