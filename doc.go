@@ -72,6 +72,11 @@
 //
 // [Relay.Start] starts the workers and returns; [Relay.Stop] stops taking
 // new work, waits for the batches in hand to be acknowledged and settled,
-// releases the leases and returns. Metrics and tracing go through a
-// non-blocking [Hook]; logs through an injected *slog.Logger.
+// releases the leases and returns. Metrics go through a non-blocking
+// [Hook], distributed tracing through Config.Tracer (a [PublishTracer];
+// stores inject the writer's trace context with a [HeaderInjector]); logs
+// through an injected *slog.Logger. Stores that implement
+// [BacklogReader] measure their backlog for gauges with a bounded cost;
+// publishers that implement [HealthChecker] say whether their broker is
+// reachable.
 package outbox
