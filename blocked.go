@@ -1,20 +1,172 @@
 package outbox
 
-import "time"
+import (
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
-// BlockedDestination is a destination (a topic) the relay paused because
-// the broker refused it as a destination: no stream or topic for it, not
-// authorised, unroutable, unreachable (see [BlockedError]).
+// Probing a blocked destination: the first probe comes after
+// blockedProbeMin, then with exponential backoff (and jitter) up to
+// blockedProbeMax, whatever the message backoff: recovery after an
+// operator fixes the destination takes seconds, not minutes.
+const (
+	blockedProbeMin = 100 * time.Millisecond
+	blockedProbeMax = 5 * time.Second
+	// blockedLogEvery rate-limits the log line of a destination that stays
+	// blocked.
+	blockedLogEvery = 30 * time.Second
+)
+
+// BlockedDestination describes a destination the relay has paused because
+// the broker refused it as a whole (see [BlockedError]).
 type BlockedDestination struct {
-	Topic string `json:"topic"`
-	// Since is when the destination was first found blocked.
-	Since time.Time `json:"since"`
-	// LastError is the error of the last attempt or probe.
-	LastError string `json:"last_error"`
+	Destination string    `json:"destination"`
+	Since       time.Time `json:"since"`
+	LastError   string    `json:"last_error"`
+	// Probes counts the failed attempts to publish to it since Since.
+	Probes    int       `json:"probes"`
+	NextProbe time.Time `json:"next_probe"`
 }
 
-// Blocked returns the destinations the relay holds paused now, in no
-// particular order; none while every destination works. The relay does
-// not pause destinations yet (every failure is retried per message), so it
-// returns none. Safe for concurrent use.
-func (r *Relay) Blocked() []BlockedDestination { return nil }
+// destinations is the relay's record of blocked destinations, shared by its
+// workers: one probe at a time per destination, relay-wide, every record of
+// the destination held until it works again.
+type destinations struct {
+	n    atomic.Int32 // how many are blocked: the fast path checks it
+	mu   sync.Mutex
+	m    map[string]*destState
+	log  *slog.Logger
+	emit func(Event)
+	wake func() // wakes every worker when a destination works again
+	// probeStale is when a probe whose result never came (its worker lost
+	// the lease, or was killed) stops holding the next one.
+	probeStale time.Duration
+}
+
+type destState struct {
+	BlockedDestination
+	probing    bool // a probe is in flight
+	probeStart time.Time
+	lastLog    time.Time
+}
+
+func newDestinations(log *slog.Logger, emit func(Event), publishTimeout time.Duration) *destinations {
+	return &destinations{m: map[string]*destState{}, log: log, emit: emit, wake: func() {}, probeStale: publishTimeout + blockedProbeMax}
+}
+
+// hold reports until when a record for topic must wait: zero when it may
+// go now. With claim, a record of a blocked destination whose probe is due
+// becomes the probe (and may go).
+func (d *destinations) hold(topic string, now time.Time, claim bool) time.Time {
+	if d.n.Load() == 0 {
+		return time.Time{}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.m[topic]
+	if s == nil {
+		return time.Time{}
+	}
+	if s.probing && now.Sub(s.probeStart) < d.probeStale {
+		// The probe's result wakes the workers.
+		return now.Add(blockedProbeMax)
+	}
+	if now.Before(s.NextProbe) {
+		return s.NextProbe
+	}
+	if claim {
+		s.probing, s.probeStart = true, now
+		return time.Time{}
+	}
+	return now
+}
+
+// blocked records a publish refused for its destination.
+func (d *destinations) blocked(topic string, err error, now time.Time) {
+	d.mu.Lock()
+	s := d.m[topic]
+	first := s == nil
+	if first {
+		s = &destState{BlockedDestination: BlockedDestination{Destination: topic, Since: now}}
+		d.m[topic] = s
+		d.n.Add(1)
+	}
+	s.probing = false
+	s.Probes++
+	s.LastError = err.Error()
+	s.NextProbe = now.Add(Backoff(s.Probes, blockedProbeMin, blockedProbeMax))
+	logIt := first || now.Sub(s.lastLog) >= blockedLogEvery
+	if logIt {
+		s.lastLog = now
+	}
+	snap := s.BlockedDestination
+	d.mu.Unlock()
+	if first {
+		d.emit(Event{Kind: EventBlocked, Topic: topic, Err: err})
+	}
+	if logIt {
+		d.log.Warn("destination blocked: its messages wait, no attempts spent, other destinations go on",
+			"destination", topic, "since", snap.Since, "probes", snap.Probes, "next_probe", snap.NextProbe, "err", err)
+	}
+}
+
+// reached records that a publish to topic reached the broker (whatever its
+// outcome for the message): a blocked destination works again.
+func (d *destinations) reached(topic string) {
+	if d.n.Load() == 0 {
+		return
+	}
+	d.mu.Lock()
+	s := d.m[topic]
+	if s != nil {
+		delete(d.m, topic)
+		d.n.Add(-1)
+	}
+	d.mu.Unlock()
+	if s == nil {
+		return
+	}
+	d.log.Info("destination works again", "destination", topic, "blocked_for", time.Since(s.Since).Round(time.Millisecond), "probes", s.Probes)
+	d.emit(Event{Kind: EventUnblocked, Topic: topic, Duration: time.Since(s.Since)})
+	d.wake()
+}
+
+// unprobe ends a probe that was claimed but never sent.
+func (d *destinations) unprobe(topic string) {
+	if d.n.Load() == 0 {
+		return
+	}
+	d.mu.Lock()
+	if s := d.m[topic]; s != nil {
+		s.probing = false
+	}
+	d.mu.Unlock()
+}
+
+// list returns the blocked destinations, by name.
+func (d *destinations) list() []BlockedDestination {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]BlockedDestination, 0, len(d.m))
+	for _, s := range d.m {
+		out = append(out, s.BlockedDestination)
+	}
+	slices.SortFunc(out, func(a, b BlockedDestination) int {
+		if a.Destination < b.Destination {
+			return -1
+		}
+		if a.Destination > b.Destination {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// holdRecord is a partQueue's hold function.
+func (d *destinations) holdRecord(rec *Record, now time.Time, claim bool) time.Time {
+	return d.hold(rec.Topic, now, claim)
+}

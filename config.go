@@ -32,6 +32,29 @@ func ParseOrdering(s string) (Ordering, error) {
 	return "", fmt.Errorf("ordering must be %q or %q, got %q", OrderingKey, OrderingNone, s)
 }
 
+// PermanentPolicy says what the relay does with a message that failed
+// permanently (the broker can never take it: too large, invalid).
+type PermanentPolicy string
+
+const (
+	// PermanentDeadLetter (the default) dead-letters the message and goes
+	// on with its key.
+	PermanentDeadLetter PermanentPolicy = "dead-letter"
+	// PermanentHoldKey keeps the message at the head of its key, retried
+	// at BackoffMax, logging an error each time: for users who would
+	// rather stop a key than deliver it with a gap.
+	PermanentHoldKey PermanentPolicy = "hold"
+)
+
+// ParsePermanentPolicy parses "dead-letter" or "hold".
+func ParsePermanentPolicy(s string) (PermanentPolicy, error) {
+	switch PermanentPolicy(s) {
+	case PermanentDeadLetter, PermanentHoldKey:
+		return PermanentPolicy(s), nil
+	}
+	return "", fmt.Errorf("on-permanent must be %q or %q, got %q", PermanentDeadLetter, PermanentHoldKey, s)
+}
+
 // Defaults and limits of [Config].
 const (
 	WorkersDefault = 4
@@ -112,8 +135,12 @@ type Config struct {
 	// and the sweep runs at most every 30 s, as a safety net.
 	SweepInterval time.Duration
 	// MaxAttempts is how many failed publishes send a message to the dead
-	// letters. Permanent errors dead-letter at once.
+	// letters. Permanent errors dead-letter at once (see OnPermanent).
+	// Failures of the destination ([BlockedError]) spend no attempt.
 	MaxAttempts int
+	// OnPermanent is what a permanent failure does: PermanentDeadLetter
+	// (default) or PermanentHoldKey.
+	OnPermanent PermanentPolicy
 	// BackoffMin and BackoffMax bound the exponential backoff between
 	// attempts; each delay is drawn with jitter between half and all of
 	// min(BackoffMax, BackoffMin × 2^(attempts-1)).
@@ -143,6 +170,7 @@ func (c Config) WithDefaults() Config {
 		c.Node = cmp.Or(host, "relay") + "-" + strconv.Itoa(os.Getpid()) + "-" + NewID()[24:32]
 	}
 	c.Ordering = cmp.Or(c.Ordering, OrderingKey)
+	c.OnPermanent = cmp.Or(c.OnPermanent, PermanentDeadLetter)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.FetchSize = cmp.Or(c.FetchSize, max(FetchSizeDefault, c.BatchSize))
@@ -174,6 +202,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	if _, err := ParseOrdering(string(c.Ordering)); err != nil {
 		return fmt.Errorf("outbox: Config.Ordering: %w", err)
+	}
+	if _, err := ParsePermanentPolicy(string(c.OnPermanent)); err != nil {
+		return fmt.Errorf("outbox: Config.OnPermanent: %w", err)
 	}
 	if err := between("Workers", c.Workers, 1, WorkersMax); err != nil {
 		return err

@@ -10,7 +10,8 @@ import (
 // returns nil while the publisher is connected (or could connect), else an
 // error saying what is wrong. It is bounded by ctx, safe for concurrent
 // use, and cheap enough for a readiness probe: it reads the connection's
-// state, or sends one request at most.
+// state, or sends one request at most. The relay uses it to hand its
+// partitions back when it is cut off from the broker for a lease TTL.
 type HealthChecker interface {
 	Health(ctx context.Context) error
 }

@@ -26,6 +26,17 @@ const (
 	// EventLag: Duration is the age (now - CreatedAt) of the oldest message
 	// of the last published batch.
 	EventLag
+	// EventBlocked: the destination Topic was refused as a whole by the
+	// broker (Err): its messages wait, spending no attempts.
+	EventBlocked
+	// EventUnblocked: the destination Topic works again after Duration.
+	EventUnblocked
+	// EventDuplicate: the broker acknowledged Count messages of Topic as
+	// duplicates of messages it had stored (counted as delivered).
+	EventDuplicate
+	// EventHeld: Count messages of Topic failed permanently and, with
+	// Config.OnPermanent = PermanentHoldKey, hold their keys (Err).
+	EventHeld
 )
 
 func (k EventKind) String() string {
@@ -48,6 +59,14 @@ func (k EventKind) String() string {
 		return "store_error"
 	case EventLag:
 		return "lag"
+	case EventBlocked:
+		return "blocked"
+	case EventUnblocked:
+		return "unblocked"
+	case EventDuplicate:
+		return "duplicate"
+	case EventHeld:
+		return "held"
 	}
 	return "unknown"
 }

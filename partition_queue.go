@@ -36,6 +36,13 @@ type partQueue struct {
 	waiting []*keyQueue
 	n       int // records queued (not in flight)
 	blocked int // of those, records of failing keys
+	// hold, when set, says until when a head must wait although it is due
+	// (its destination is blocked); zero: it may go. With claim, the head
+	// asking may become its destination's probe.
+	hold func(rec *Record, now time.Time, claim bool) time.Time
+	// spilled collects the records dropped from memory when a key is held
+	// (see suspend); the worker takes them to re-read them later.
+	spilled []*Record
 }
 
 func newPartQueue() partQueue {
@@ -151,12 +158,14 @@ func (pq *partQueue) schedule(q *keyQueue, now time.Time) {
 }
 
 // take removes and returns up to max heads of ready keys, marking their
-// keys in flight. Waiting keys whose time has come are readied first.
+// keys in flight. Waiting keys whose time has come are readied first. A
+// head whose destination is blocked is not taken: its key waits (and keeps
+// only its head in memory) until the destination works again.
 func (pq *partQueue) take(max int, now time.Time) []*Record {
 	if len(pq.waiting) > 0 {
 		kept := pq.waiting[:0]
 		for _, q := range pq.waiting {
-			if q.recs[0].NextAttemptAt.After(now) {
+			if q.recs[0].NextAttemptAt.After(now) || pq.held(q, now, false) {
 				kept = append(kept, q)
 				continue
 			}
@@ -166,31 +175,64 @@ func (pq *partQueue) take(max int, now time.Time) []*Record {
 		clear(pq.waiting[len(kept):])
 		pq.waiting = kept
 	}
-	n := min(max, len(pq.ready))
-	if n <= 0 {
-		return nil
-	}
-	out := make([]*Record, n)
-	for i, q := range pq.ready[:n] {
-		out[i] = q.recs[0]
+	var out []*Record
+	taken := 0
+	for taken < len(pq.ready) && len(out) < max {
+		q := pq.ready[taken]
+		taken++
+		if pq.held(q, now, true) {
+			pq.suspend(q)
+			q.state = queueWaiting
+			pq.waiting = append(pq.waiting, q)
+			continue
+		}
+		out = append(out, q.recs[0])
 		q.recs[0] = nil
 		q.recs = q.recs[1:]
 		q.state = queueBusy
+		pq.n--
 		if q.failing {
 			pq.blocked--
 		}
 	}
-	clear(pq.ready[:n])
-	pq.ready = pq.ready[n:]
-	pq.n -= n
+	clear(pq.ready[:taken])
+	pq.ready = pq.ready[taken:]
 	return out
 }
 
-// nextDue returns the earliest retry time of a waiting key, or zero.
+// held reports whether q's head must wait for its destination.
+func (pq *partQueue) held(q *keyQueue, now time.Time, claim bool) bool {
+	return pq.hold != nil && pq.hold(q.recs[0], now, claim).After(now)
+}
+
+// suspend makes a held key failing, keeping only its head in memory: the
+// rest goes to spilled, to be read again when the key goes on.
+func (pq *partQueue) suspend(q *keyQueue) {
+	if !q.failing {
+		q.failing = true
+		pq.blocked += len(q.recs)
+	}
+	if len(q.recs) > 1 {
+		pq.spilled = append(pq.spilled, q.recs[1:]...)
+		pq.n -= len(q.recs) - 1
+		pq.blocked -= len(q.recs) - 1
+		q.recs = q.recs[:1:1]
+	}
+}
+
+// nextDue returns the earliest time a waiting key's head may go (its retry
+// time, or its blocked destination's next probe), or zero.
 func (pq *partQueue) nextDue() time.Time {
 	var t time.Time
+	now := time.Now()
 	for _, q := range pq.waiting {
-		if at := q.recs[0].NextAttemptAt; t.IsZero() || at.Before(t) {
+		at := q.recs[0].NextAttemptAt
+		if pq.hold != nil {
+			if until := pq.hold(q.recs[0], now, false); until.After(at) {
+				at = until
+			}
+		}
+		if t.IsZero() || at.Before(t) {
 			t = at
 		}
 	}

@@ -275,3 +275,241 @@ func TestRelayFailingKeyHoldsOnlyItsKey(t *testing.T) {
 		t.Fatalf("%d dead letters", len(d))
 	}
 }
+
+// topicBroker fails every message of a topic with the error fail returns
+// (nil: deliver), recording deliveries in order.
+type topicBroker struct {
+	broker
+	mu    sync.Mutex
+	fail  map[string]error
+	tries map[string]int // publishes per topic, failed or not
+}
+
+func (b *topicBroker) set(topic string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fail == nil {
+		b.fail = map[string]error{}
+	}
+	b.fail[topic] = err
+}
+
+func (b *topicBroker) triesOf(topic string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tries[topic]
+}
+
+func (b *topicBroker) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	var ok []*outbox.Message
+	var okIdx []int
+	b.mu.Lock()
+	if b.tries == nil {
+		b.tries = map[string]int{}
+	}
+	for i, m := range msgs {
+		b.tries[m.Topic]++
+		if err := b.fail[m.Topic]; err != nil {
+			errs[i] = err
+			continue
+		}
+		ok, okIdx = append(ok, m), append(okIdx, i)
+	}
+	b.mu.Unlock()
+	for j, err := range b.broker.Publish(ctx, ok) {
+		errs[okIdx[j]] = err
+	}
+	return errs
+}
+
+// writeTopics writes, per key, n messages alternating over topics, one
+// transaction each, and returns the per-key order.
+func writeTopics(t *testing.T, st *memstore.Store, keys, n int, topics ...string) map[string][]string {
+	t.Helper()
+	written := map[string][]string{}
+	for i := range n {
+		for k := range keys {
+			key := fmt.Sprintf("k%d", k)
+			m := outbox.Message{ID: outbox.NewID(), Topic: topics[(i+k)%len(topics)], Key: key}
+			if err := st.Write(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			written[key] = append(written[key], m.ID)
+		}
+	}
+	return written
+}
+
+// A destination the broker refuses as a whole (a deleted stream, a missing
+// topic, an unroutable exchange) is paused: no attempt is spent and nothing
+// is dead-lettered, even with MaxAttempts 1; messages of other topics whose
+// keys do not wait behind it are published; the relay reports it; and when
+// the destination works again everything follows in key order. (Each such
+// message used to be dead-lettered on its first attempt.)
+func TestRelayBlockedDestinationPausesOnlyItself(t *testing.T) {
+	st := memstore.New(4, nil)
+	written := writeTopics(t, st, 20, 6, "gone", "fine")
+	only := map[string][]string{} // keys writing only "fine"
+	for k := range 10 {
+		key := fmt.Sprintf("solo%d", k)
+		for range 3 {
+			m := outbox.Message{ID: outbox.NewID(), Topic: "fine", Key: key}
+			if err := st.Write(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			written[key] = append(written[key], m.ID)
+			only[key] = append(only[key], m.ID)
+		}
+	}
+	b := &topicBroker{}
+	b.set("gone", outbox.Blocked("gone", errors.New("nats: no response from stream")))
+	cfg := fastConfig()
+	cfg.MaxAttempts = 1
+	r := startRelay(t, st, b, cfg)
+	waitFor(t, "keys of other topics delivered", 20*time.Second, func() bool {
+		got := map[string]bool{}
+		for _, m := range b.delivered() {
+			got[m.ID] = true
+		}
+		for _, ids := range only {
+			for _, id := range ids {
+				if !got[id] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	waitFor(t, "the destination reported blocked", 10*time.Second, func() bool {
+		bl := r.Blocked()
+		return len(bl) == 1 && bl[0].Destination == "gone" && bl[0].Probes >= 2
+	})
+	if d := st.Dead(); len(d) != 0 {
+		t.Fatalf("%d messages dead-lettered for a blocked destination", len(d))
+	}
+	for key, ids := range written {
+		for _, id := range ids {
+			if rec, ok := st.Record(id); ok && rec.Attempts != 0 {
+				t.Fatalf("message %s of key %s has %d attempts: a blocked destination must spend none", id, key, rec.Attempts)
+			}
+		}
+	}
+	if s := r.Stats(); s.Blocked == 0 || s.BlockedDestinations != 1 || s.Failed != 0 {
+		t.Errorf("Stats %+v: want Blocked > 0, BlockedDestinations 1, Failed 0", s)
+	}
+	b.set("gone", nil) // the operator recreated the stream
+	waitFor(t, "drain", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	check(t, written, b.delivered())
+	waitFor(t, "unblocked", 10*time.Second, func() bool { return len(r.Blocked()) == 0 })
+}
+
+// With OnPermanent = hold, a permanent failure holds its key instead of
+// dead-lettering the message: the key's later messages wait, other keys
+// flow, and nothing is dead-lettered.
+func TestRelayPermanentHoldKey(t *testing.T) {
+	st := memstore.New(2, nil)
+	written := writeTopics(t, st, 6, 4, "poison", "fine")
+	b := &topicBroker{}
+	b.set("poison", outbox.Permanent(errors.New("message too large")))
+	cfg := fastConfig()
+	cfg.OnPermanent = outbox.PermanentHoldKey
+	cfg.BackoffMax = 20 * time.Millisecond
+	r := startRelay(t, st, b, cfg)
+	waitFor(t, "held", 10*time.Second, func() bool { return r.Stats().Held >= 12 })
+	if d := st.Dead(); len(d) != 0 {
+		t.Fatalf("%d dead letters with OnPermanent hold", len(d))
+	}
+	b.set("poison", nil)
+	waitFor(t, "drain", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	check(t, written, b.delivered())
+}
+
+// A duplicate acknowledgement counts as delivered, and is counted.
+func TestRelayDuplicateAckIsDelivered(t *testing.T) {
+	st := memstore.New(1, nil)
+	written := writeTopics(t, st, 3, 2, "dup")
+	b := &topicBroker{}
+	b.set("dup", fmt.Errorf("%w: sequence 7", outbox.ErrDuplicate))
+	r := startRelay(t, st, b, fastConfig())
+	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	if s := r.Stats(); s.Duplicates != 6 || s.Published != 6 || len(st.Dead()) != 0 {
+		t.Fatalf("Stats %+v, %d dead: want 6 duplicates counted as published", s, len(st.Dead()))
+	}
+	_ = written
+}
+
+// cutPublisher cannot reach its broker while down is set: every publish is
+// refused as blocked and Health fails.
+type cutPublisher struct {
+	broker
+	down atomic.Bool
+}
+
+func (p *cutPublisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
+	if p.down.Load() {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			errs[i] = outbox.Blocked(m.Topic, errors.New("nats: connection closed"))
+		}
+		return errs
+	}
+	return p.broker.Publish(ctx, msgs)
+}
+
+func (p *cutPublisher) Health(context.Context) error {
+	if p.down.Load() {
+		return errors.New("nats: not connected")
+	}
+	return nil
+}
+
+// A relay cut off from its broker for a lease TTL hands its partitions back
+// and stops counting as live, so a relay that can publish takes them over
+// and drains every key; when its broker comes back it takes its share
+// again. (It used to keep its partitions for the whole outage, stalling
+// their keys while the healthy relay could not take them.)
+func TestRelayCutOffFromBrokerHandsLeasesBack(t *testing.T) {
+	st := memstore.New(8, nil)
+	cfg := fastConfig()
+	cfg.LeaseTTL, cfg.HeartbeatInterval = 600*time.Millisecond, 50*time.Millisecond
+	cfg.PublishTimeout = 100 * time.Millisecond
+	pa := &cutPublisher{}
+	pa.down.Store(true)
+	cfgA := cfg
+	cfgA.Node = "a"
+	a := startRelay(t, st, pa, cfgA)
+	waitFor(t, "a holds every partition", 10*time.Second, func() bool { return a.Stats().Leases == 8 })
+	written := writeKeys(t, st, 400, 40)
+	pb := &cutPublisher{}
+	cfgB := cfg
+	cfgB.Node = "b"
+	b := startRelay(t, st, pb, cfgB)
+	waitFor(t, "b drains every key while a is cut off", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	check(t, written, pb.delivered())
+	if n := a.Stats().Leases; n != 0 {
+		t.Errorf("the cut-off relay still holds %d leases", n)
+	}
+	pa.down.Store(false)
+	waitFor(t, "a takes its share again", 20*time.Second, func() bool { return a.Stats().Leases > 0 && b.Stats().Leases < 8 })
+}
+
+// A relay that joins takes its fair share as soon as the relay holding
+// every partition hands the surplus back, not at its own next heartbeat:
+// here its heartbeat is an hour away. (Handed-back partitions used to sit
+// unowned until the joining relay's next round, about 5 s by default.)
+func TestRelayJoiningTakesHandedBackPartitionsAtOnce(t *testing.T) {
+	st := memstore.New(16, nil)
+	cfgA := fastConfig()
+	cfgA.Node = "a"
+	cfgA.LeaseTTL, cfgA.HeartbeatInterval, cfgA.PublishTimeout = 600*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond
+	a := startRelay(t, st, &broker{}, cfgA)
+	waitFor(t, "a holds every partition", 10*time.Second, func() bool { return a.Stats().Leases == 16 })
+	cfgB := fastConfig()
+	cfgB.Node = "b"
+	cfgB.LeaseTTL, cfgB.HeartbeatInterval = 3*time.Hour, time.Hour
+	b := startRelay(t, st, &broker{}, cfgB)
+	waitFor(t, "b takes its share between its heartbeats", 20*time.Second, func() bool {
+		return b.Stats().Leases == 8 && a.Stats().Leases == 8
+	})
+}

@@ -1,7 +1,10 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -217,6 +220,9 @@ type Cleaner interface {
 type TopicCount struct {
 	Topic string `json:"topic"`
 	Count int64  `json:"count"`
+	// OldestCreatedAt is the CreatedAt of the topic's oldest unpublished
+	// message; zero when the store does not say.
+	OldestCreatedAt time.Time `json:"oldest_created_at,omitzero"`
 }
 
 // PartitionStatus describes one partition's backlog and lease.
@@ -285,6 +291,29 @@ type DeadLetterFilter struct {
 	// Limit bounds how many are listed (0: a default of 100); ignored by
 	// Requeue and Purge, which act on every match.
 	Limit int
+
+	// The fields below are honoured by stores that implement [AdminStore];
+	// a DeadLetterStore that does not may ignore them, so set them only
+	// for such a store.
+
+	// Key selects dead letters of this message key.
+	Key string
+	// ErrorContains selects dead letters whose last error contains this
+	// text, ignoring case.
+	ErrorContains string
+	// FailedAfter selects dead letters that failed at or after this time.
+	FailedAfter time.Time
+	// After continues a listing: only dead letters that come after this
+	// position in listing order (FailedAt, then ID) are listed. Ignored by
+	// Requeue, Purge and CountDeadLetters.
+	After *DeadLetterPosition
+}
+
+// DeadLetterPosition is a dead letter's place in listing order: pass the
+// last one of a page as DeadLetterFilter.After to read the next page.
+type DeadLetterPosition struct {
+	FailedAt time.Time
+	ID       string
 }
 
 // DeadLetterStore is implemented by stores with a dead-letter table.
@@ -296,4 +325,100 @@ type DeadLetterStore interface {
 	Requeue(ctx context.Context, f DeadLetterFilter) (int64, error)
 	// PurgeDeadLetters deletes matching dead letters for good.
 	PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
+}
+
+// AdminStore is implemented by stores an operator can search: the console
+// uses it to page and filter dead letters, to say how many messages an
+// action will touch, and to find one message. Every query is bounded.
+type AdminStore interface {
+	DeadLetterStore
+	// CountDeadLetters returns how many dead letters match f (Limit and
+	// After ignored).
+	CountDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
+	// FindMessages looks messages up by ID or by key among the outstanding
+	// messages, the dead letters and the published messages a store keeps
+	// (retention). A store that cannot search one of them by that criterion
+	// says so in FindResult.Unsearched rather than failing.
+	FindMessages(ctx context.Context, q FindQuery) (*FindResult, error)
+}
+
+// FindQuery asks for messages by ID or by key (exactly one of them).
+type FindQuery struct {
+	ID  string
+	Key string
+	// Limit bounds the messages returned per state (0: a default of 50).
+	Limit int
+}
+
+// Bounds of FindQuery.Limit.
+const (
+	FindLimitDefault = 50
+	FindLimitMax     = 1000
+)
+
+// FindPublishedWindow is how many of the most recently published messages
+// (kept by retention) the SQL stores search by key: published messages
+// have no index by key, and the write path should not pay for one.
+const FindPublishedWindow = 10000
+
+// PublishedWindowReason is the FindResult.Unsearched reason of a store that
+// searched published messages by key only among the window most recent.
+func PublishedWindowReason(window int) string {
+	return fmt.Sprintf("published messages kept by retention were searched by key only among the %d most recently published; search by ID to find an older one", window)
+}
+
+// Check checks q for [AdminStore.FindMessages] implementations and returns
+// its limit. The error names the field to change.
+func (q FindQuery) Check() (limit int, err error) {
+	switch {
+	case q.ID == "" && q.Key == "":
+		return 0, errors.New("outbox: FindQuery needs an ID or a Key")
+	case q.ID != "" && q.Key != "":
+		return 0, errors.New("outbox: FindQuery takes an ID or a Key, not both")
+	case q.Limit < 0 || q.Limit > FindLimitMax:
+		return 0, fmt.Errorf("outbox: FindQuery.Limit must be between 1 and %d (0 for %d), got %d", FindLimitMax, FindLimitDefault, q.Limit)
+	}
+	if q.ID != "" {
+		if err := ValidateID(q.ID); err != nil {
+			return 0, fmt.Errorf("outbox: FindQuery.ID: %w", err)
+		}
+	}
+	return cmp.Or(q.Limit, FindLimitDefault), nil
+}
+
+// MessageState says where a found message is.
+type MessageState string
+
+// States of a found message.
+const (
+	// StateOutstanding: waiting in the outbox to be published.
+	StateOutstanding MessageState = "outstanding"
+	// StateDead: in the dead letters.
+	StateDead MessageState = "dead"
+	// StatePublished: acknowledged by the broker, kept for a while
+	// (retention).
+	StatePublished MessageState = "published"
+)
+
+// FoundMessage is a message found by [AdminStore.FindMessages]. Record's
+// Partition, Attempts, NextAttemptAt and LastError are set for outstanding
+// messages; Attempts and LastError for dead letters.
+type FoundMessage struct {
+	Record
+	State MessageState `json:"state"`
+	// FailedAt is when a dead letter failed for good.
+	FailedAt time.Time `json:"failed_at,omitzero"`
+	// PublishedAt is when a published message was acknowledged.
+	PublishedAt time.Time `json:"published_at,omitzero"`
+}
+
+// FindResult is the answer of [AdminStore.FindMessages].
+type FindResult struct {
+	Messages []FoundMessage `json:"messages"`
+	// Truncated is set when a state had more matches than the limit.
+	Truncated bool `json:"truncated,omitempty"`
+	// Unsearched names the states the store could not search by the
+	// query's criterion, each with the reason (such as "published messages
+	// can only be found by ID").
+	Unsearched map[MessageState]string `json:"unsearched,omitempty"`
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 )
@@ -109,6 +110,7 @@ func TestLaunchDoesNotPublishPastItsDeadline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			pub := &countPub{}
 			r := &Relay{cfg: cfg, store: storeStub{}, pub: pub}
+			r.dests = newDestinations(slog.New(slog.DiscardHandler), func(Event) {}, cfg.PublishTimeout)
 			w := newWorker(r, 0, nil)
 			ps := &partState{lease: Lease{Partition: 0, Epoch: 1}, q: newPartQueue(), inflight: map[string]*Record{}, settling: map[string]int{}, deadHeld: map[string]*Record{}}
 			w.parts[0] = ps

@@ -161,9 +161,9 @@ func TestNeverReachedTheStore(t *testing.T) {
 
 func TestStoppedRelayIsNotReadyAndBlockedIsReported(t *testing.T) {
 	c, r, clk := setup(t, &broker{})
-	r.blocked = []outbox.BlockedDestination{{Topic: "orders", Since: clk.now(), LastError: "no stream"}}
+	r.blocked = []outbox.BlockedDestination{{Destination: "orders", Since: clk.now(), LastError: "no stream"}}
 	code, rep := get(t, c)
-	if code != 200 || len(rep.Blocked) != 1 || rep.Blocked[0].Topic != "orders" {
+	if code != 200 || len(rep.Blocked) != 1 || rep.Blocked[0].Destination != "orders" {
 		t.Fatalf("a blocked destination: %d %+v; want 200 with it listed", code, rep)
 	}
 	r.running = false

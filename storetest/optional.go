@@ -196,6 +196,13 @@ func testStatus(s *suite) {
 	topics := map[string]int64{}
 	for _, tc := range st.Topics {
 		topics[tc.Topic] += tc.Count
+		// OldestCreatedAt is optional; a store that sets it sets it right.
+		if tc.Topic == "status.a" && !tc.OldestCreatedAt.IsZero() && !sameInstant(tc.OldestCreatedAt, a[0].CreatedAt) {
+			s.Errorf("topic status.a: OldestCreatedAt = %v, want %v", tc.OldestCreatedAt, a[0].CreatedAt)
+		}
+		if tc.Topic == "status.b" && !tc.OldestCreatedAt.IsZero() && tc.OldestCreatedAt.Before(a[0].CreatedAt.Add(time.Minute)) {
+			s.Errorf("topic status.b: OldestCreatedAt = %v, want the time of its write", tc.OldestCreatedAt)
+		}
 	}
 	if len(topics) != 2 || topics["status.a"] != 3 || topics["status.b"] != 1 {
 		s.Errorf("Topics = %v, want status.a: 3, status.b: 1", st.Topics)

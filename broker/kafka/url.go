@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // DefaultPort is the port of a broker given without one.
@@ -34,14 +36,14 @@ func ParseURL(raw string) (Options, error) {
 	var opts Options
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok || scheme != "kafka" {
-		return opts, fmt.Errorf("kafka: URL %q: want kafka://host:port[,host:port...][?param=value...]", redact(raw))
+		return opts, fmt.Errorf("kafka: URL %q: want kafka://host:port[,host:port...][?param=value...]", redact.URL(raw))
 	}
 	hosts, rawQuery, _ := strings.Cut(rest, "?")
 	if strings.Contains(hosts, "#") {
-		return opts, fmt.Errorf("kafka: URL %q has a fragment; remove it", redact(raw))
+		return opts, fmt.Errorf("kafka: URL %q has a fragment; remove it", redact.URL(raw))
 	}
 	if strings.Contains(hosts, "@") {
-		return opts, fmt.Errorf("kafka: URL %q has credentials, which are not supported in the URL; configure SASL in Options.ClientOptions", redact(raw))
+		return opts, fmt.Errorf("kafka: URL %q has credentials, which are not supported in the URL; configure SASL in Options.ClientOptions", redact.URL(raw))
 	}
 	hosts = strings.TrimSuffix(hosts, "/")
 	if strings.Contains(hosts, "/") {
@@ -110,18 +112,6 @@ func ParseURL(raw string) (Options, error) {
 		}
 	}
 	return opts, nil
-}
-
-// redact hides anything before an '@' (credentials) of a URL.
-func redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		return scheme + "://xxxxx" + rest[at:]
-	}
-	return raw
 }
 
 // Validate reports whether o, with its defaults, is usable: the error Dial

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // URLParams are the query parameters ParseURL takes off an AMQP URL into
@@ -37,7 +39,7 @@ var driverParams = []string{"heartbeat", "channel_max", "auth_mechanism", "certf
 // server_name_indication) stay in the URL; any other parameter is an
 // error. Errors name the parameter and never show the password.
 func ParseURL(raw string) (amqpURL string, opts Options, err error) {
-	redacted := redactURL(raw)
+	redacted := redact.URL(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
 		if ue, ok := err.(*url.Error); ok {

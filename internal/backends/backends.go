@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Flag names used in the errors of OpenStore and OpenPublisher.
@@ -93,6 +95,16 @@ type BrokerOptions struct {
 	SubjectPrefix string
 	// Logger receives the publisher's connection events; nil discards them.
 	Logger *slog.Logger
+
+	// TLS configures TLS to any broker (NATS, Kafka, amqps://).
+	TLS BrokerTLS
+	// NATS are the credentials of nats:// and tls:// brokers.
+	NATS NATSAuth
+	// Kafka are the SASL credentials of kafka:// brokers.
+	Kafka KafkaSASL
+	// AMQP are the credentials of amqp:// and amqps:// brokers beyond the
+	// URL's.
+	AMQP AMQPAuth
 }
 
 // BrokerParams maps the broker URL query parameters the outbox reads to the
@@ -209,7 +221,7 @@ func OpenStore(ctx context.Context, rawURL string, o StoreOptions) (Store, error
 	}
 	s, err := open(ctx, u, o)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("open store %s: %w", redact.URL(u.String()), err)
 	}
 	return s, nil
 }
@@ -244,7 +256,7 @@ func OpenPublisher(ctx context.Context, rawURL string, o BrokerOptions) (outbox.
 	}
 	p, err := open(ctx, u, o)
 	if err != nil {
-		return nil, fmt.Errorf("open broker %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("open broker %s: %w", redact.URL(u.String()), err)
 	}
 	return p, nil
 }
@@ -262,6 +274,9 @@ func preparePublisher(rawURL string, o BrokerOptions) (*url.URL, BrokerOptions, 
 		return nil, o, nil, err
 	}
 	if err := o.Validate(); err != nil {
+		return nil, o, nil, err
+	}
+	if err := o.checkSecurity(u); err != nil {
 		return nil, o, nil, err
 	}
 	return u, o, open, nil
@@ -287,13 +302,13 @@ func parseURL(flag, rawURL string, schemes []string, example string) (*url.URL, 
 		return nil, Invalid(flag, "is not a valid URL (%v); give a URL such as %s", err, example)
 	}
 	if u.Scheme == "" {
-		return nil, Invalid(flag, "%q has no scheme; give a URL such as %s (%s)", u.Redacted(), example, accepted)
+		return nil, Invalid(flag, "%q has no scheme; give a URL such as %s (%s)", redact.URL(u.String()), example, accepted)
 	}
 	if !slices.Contains(schemes, u.Scheme) {
-		return nil, Invalid(flag, "unknown scheme %q in %q; %s", u.Scheme, u.Redacted(), accepted)
+		return nil, Invalid(flag, "unknown scheme %q in %q; %s", u.Scheme, redact.URL(u.String()), accepted)
 	}
 	if u.Fragment != "" {
-		return nil, Invalid(flag, "%q has a fragment (#%s); remove it", u.Redacted(), u.Fragment)
+		return nil, Invalid(flag, "%q has a fragment (#%s); remove it", redact.URL(u.String()), u.Fragment)
 	}
 	return u, nil
 }
@@ -435,24 +450,36 @@ const (
 func (o StoreOptions) Validate() error {
 	if o.Schema != "" {
 		if err := checkIdentifier(o.Schema, MaxIdentifierLen); err != nil {
-			return Invalid("--schema", "%v", err)
+			return Invalid(storeOptionFlag("Schema"), "%v", err)
 		}
 	}
 	if o.TablePrefix != "" {
 		if err := checkIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
-			return Invalid("--table-prefix", "%v", err)
+			return Invalid(storeOptionFlag("TablePrefix"), "%v", err)
 		}
 	}
 	if o.Partitions < 0 || o.Partitions > outbox.MaxPartitions {
-		return Invalid("--partitions", "must be between 1 and %d (0 for the default %d), got %d", outbox.MaxPartitions, outbox.DefaultPartitions, o.Partitions)
+		return Invalid(storeOptionFlag("Partitions"), "must be between 1 and %d (0 for the default %d), got %d", outbox.MaxPartitions, outbox.DefaultPartitions, o.Partitions)
 	}
 	if o.Retention < 0 {
-		return Invalid("--retention", "must not be negative, got %v", o.Retention)
+		return Invalid(storeOptionFlag("Retention"), "must not be negative, got %v", o.Retention)
 	}
 	if o.MaxPayload < 0 {
-		return Invalid("--max-payload", "must not be negative, got %d", o.MaxPayload)
+		return Invalid(storeOptionFlag("MaxPayload"), "must not be negative, got %d", o.MaxPayload)
 	}
 	return nil
+}
+
+// storeOptionFlag names where the StoreOptions field is set, for errors:
+// its flag and its --store query parameter, such as "--table-prefix (or
+// ?prefix= in --store)".
+func storeOptionFlag(field string) string {
+	for _, p := range StoreParams {
+		if p.Field == field {
+			return fmt.Sprintf("%s (or ?%s= in %s)", p.Flag, p.Param, StoreFlag)
+		}
+	}
+	return StoreFlag
 }
 
 // Validate checks the options every broker shares.

@@ -2,7 +2,17 @@ package backends
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net/url"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/kafka"
@@ -11,6 +21,10 @@ import (
 // Kafka broker: kafka://host:port,host:port (the seed brokers; port 9092
 // when omitted), producing idempotently with acks=all, the message key as
 // record key, such as kafka://127.0.0.1:9092,127.0.0.1:9093?auto_create=true.
+//
+// Credentials never sit in the URL: SASL (PLAIN, SCRAM-SHA-256,
+// SCRAM-SHA-512) comes from BrokerOptions.Kafka and TLS from
+// BrokerOptions.TLS.
 //
 // Query parameters (see kafka.ParseURL): auto_create (let the broker create
 // missing topics; by default a missing topic fails permanently),
@@ -41,5 +55,57 @@ func openKafka(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publish
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}
-	return kafka.Dial(ctx, opts)
+	tlsCfg, err := o.TLS.Config()
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts.ClientOptions = append(opts.ClientOptions, kgo.DialTLSConfig(tlsCfg))
+	}
+	if m := kafkaSASL(o.Kafka); m != nil {
+		opts.ClientOptions = append(opts.ClientOptions, kgo.SASL(m))
+	}
+	p, err := kafka.Dial(ctx, opts)
+	if err != nil {
+		return nil, kafkaRefusal(err, o)
+	}
+	return p, nil
+}
+
+// kafkaSASL returns franz-go's mechanism for s, or nil without SASL.
+func kafkaSASL(s KafkaSASL) sasl.Mechanism {
+	switch s.Mechanism {
+	case SASLPlain:
+		return plain.Auth{User: s.User, Pass: s.Password}.AsMechanism()
+	case SASLScramSHA256:
+		return scram.Auth{User: s.User, Pass: s.Password}.AsSha256Mechanism()
+	case SASLScramSHA512:
+		return scram.Auth{User: s.User, Pass: s.Password}.AsSha512Mechanism()
+	}
+	return nil
+}
+
+// kafkaRefusal says which credentials or TLS setting the brokers refused.
+func kafkaRefusal(err error, o BrokerOptions) error {
+	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState):
+		if o.Kafka.Mechanism == "" {
+			return fmt.Errorf("the Kafka brokers require SASL authentication; give --kafka-sasl-mechanism, --kafka-sasl-user and --kafka-sasl-password-file: %w", err)
+		}
+		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, --kafka-sasl-password): %w", o.Kafka.Mechanism, o.Kafka.User, err)
+	case errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return fmt.Errorf("the Kafka brokers do not accept SASL %s (--kafka-sasl-mechanism): %w", o.Kafka.Mechanism, err)
+	case strings.Contains(err.Error(), "is TLS missing?") && !o.TLS.enabled():
+		return fmt.Errorf("the Kafka brokers require TLS; give --broker-ca-file (or --broker-tls for a certificate the system trusts): %w", err)
+	case strings.Contains(err.Error(), "is SASL missing?") && o.Kafka.Mechanism == "":
+		return fmt.Errorf("the Kafka brokers require SASL authentication; give --kafka-sasl-mechanism, --kafka-sasl-user and --kafka-sasl-password-file: %w", err)
+	case o.Kafka.Mechanism != "" && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "closed the connection")):
+		// Some brokers close the connection on failed authentication
+		// instead of answering SASL_AUTHENTICATION_FAILED.
+		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, --kafka-sasl-password): they closed the connection during authentication: %w", o.Kafka.Mechanism, o.Kafka.User, err)
+	}
+	if why := tlsRefusal(err, o.TLS); why != "" {
+		return fmt.Errorf("%s: %w", why, err)
+	}
+	return err
 }

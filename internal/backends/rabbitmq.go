@@ -2,7 +2,11 @@ package backends
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/rabbitmq"
@@ -12,6 +16,10 @@ import (
 // the default vhost "/" is written %2F or left out), publishing with
 // confirms to a durable topic exchange with the topic as routing key, such
 // as amqp://guest:guest@127.0.0.1:5672/?exchange=outbox.
+//
+// TLS (amqps://) takes its CA and client certificate from BrokerOptions.TLS
+// or the URL's cacertfile, certfile and keyfile; BrokerOptions.AMQP.Password
+// replaces the URL's password.
 //
 // Query parameters (see rabbitmq.ParseURL): exchange (default "outbox"),
 // passive_exchange, transient, allow_unroutable, channels,
@@ -43,5 +51,29 @@ func openRabbitMQ(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publ
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}
-	return rabbitmq.Dial(ctx, amqpURL, opts)
+	if opts.TLS, err = o.TLS.Config(); err != nil {
+		return nil, err
+	}
+	if o.AMQP.Password != "" {
+		au, err := url.Parse(amqpURL)
+		if err != nil || au.User == nil || au.User.Username() == "" {
+			return nil, Invalid("--amqp-password-file", "needs the user name in --broker, such as amqps://relay@rabbit.example:5671/")
+		}
+		if _, has := au.User.Password(); has {
+			return nil, Invalid("--amqp-password-file", "and a password in --broker are two passwords; remove the one in the URL")
+		}
+		au.User = url.UserPassword(au.User.Username(), o.AMQP.Password)
+		amqpURL = au.String()
+	}
+	p, err := rabbitmq.Dial(ctx, amqpURL, opts)
+	if err != nil {
+		if errors.Is(err, amqp.ErrCredentials) && o.AMQP.Password != "" {
+			return nil, fmt.Errorf("RabbitMQ refused the password of --amqp-password-file for the user in --broker: %w", err)
+		}
+		if why := tlsRefusal(err, o.TLS); why != "" {
+			return nil, fmt.Errorf("%s: %w", why, err)
+		}
+		return nil, err
+	}
+	return p, nil
 }

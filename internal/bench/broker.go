@@ -15,6 +15,8 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/backends"
 	"github.com/outboxrelay/outbox/internal/servers"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Topic is the topic of every message the bench publishes (the seeds' type
@@ -106,7 +108,7 @@ func OpenBroker(ctx context.Context, rawURL, amqpQueueType string) (*Broker, err
 		if err != nil {
 			return nil, backends.Invalid(backends.BrokerFlag, "is not a valid URL: %v", err)
 		}
-		return openNATS(ctx, rawURL, "nats ("+u.Redacted()+", JetStream file storage)")
+		return openNATS(ctx, rawURL, "nats ("+redact.URL(u.String())+", JetStream file storage)")
 	case "amqp", "amqps":
 		return openAMQP(ctx, rawURL, amqpQueueType)
 	case "kafka":

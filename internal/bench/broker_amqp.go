@@ -12,6 +12,8 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/rabbitmq"
 	"github.com/outboxrelay/outbox/internal/backends"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // withoutParams returns raw without the query parameters names (the bench
@@ -87,7 +89,7 @@ func openAMQP(ctx context.Context, rawURL, queueType string) (*Broker, error) {
 	}
 	u, _ := url.Parse(amqpURL)
 	return &Broker{
-		Name: fmt.Sprintf("rabbitmq (%s, exchange %s, durable %s queue, confirms)", u.Redacted(), exchange, queueType),
+		Name: fmt.Sprintf("rabbitmq (%s, exchange %s, durable %s queue, confirms)", redact.URL(u.String()), exchange, queueType),
 		open: open,
 		reset: func(context.Context) error {
 			if _, err := ch.QueuePurge(queue, false); err != nil {

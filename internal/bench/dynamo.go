@@ -20,6 +20,8 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/store/dynamodb"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // DynamoRequests is what DynamoDB requests our relay made in the timed
@@ -144,7 +146,7 @@ func (e *dynamoEnv) describe() string {
 	if o.Endpoint != "" {
 		where = o.Endpoint
 		if u, err := url.Parse(o.Endpoint); err == nil {
-			where = u.Redacted()
+			where = redact.URL(u.String())
 		}
 	}
 	delay := o.FetchDelay.String()

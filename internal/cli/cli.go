@@ -1,5 +1,5 @@
-// Package cli implements the outbox command: migrate, relay, status, dlq and
-// demo (see [commands] for the list). cmd/outbox/main.go only calls [Main].
+// Package cli implements the outbox command: migrate, relay, status, dlq,
+// console, demo and bench (see [commands] for the list). cmd/outbox/main.go only calls [Main].
 //
 // Commands get their output writers, logger and environment from an [Env],
 // so tests run them in-process with [Run].
@@ -8,10 +8,13 @@
 //
 // Every flag can also be set with an environment variable named OUTBOX_ plus
 // the flag name in upper case with '-' as '_' (--store: OUTBOX_STORE,
-// --http-addr: OUTBOX_HTTP_ADDR). A flag on the command line beats the
-// variable, which beats the default. An empty variable counts as unset.
-// --yes is the exception: it is never read from the environment, so that no
-// leftover variable can confirm a purge.
+// --http-addr: OUTBOX_HTTP_ADDR), or in the YAML file named by --config
+// (OUTBOX_CONFIG) with the flag name as key (see config.go). A flag on the
+// command line beats the variable, which beats the file, which beats the
+// default. An empty variable counts as unset. --yes is the exception: it is
+// only read from the command line, so that no leftover variable or file can
+// confirm a purge. --print-config prints the effective configuration, secrets
+// hidden, with where each value came from.
 //
 // # Exit codes
 //
@@ -38,6 +41,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/outboxrelay/outbox/internal/backends"
+	"github.com/outboxrelay/outbox/internal/buildinfo"
 )
 
 // Exit codes of the outbox command.
@@ -115,7 +119,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root := a.rootCommand()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if err == nil {
+	if err == nil || errors.Is(err, errPrinted) {
 		return ExitOK
 	}
 	code := ExitFailure
@@ -142,7 +146,10 @@ type app struct {
 	cmd     *cobra.Command // the command being run
 	running bool           // its RunE has started: later errors are runtime failures unless marked as usage
 
-	fromEnv map[string]string // flag name → environment variable it was set from
+	configPath string            // --config
+	configFile string            // the configuration file read, if any
+	printOnly  bool              // --print-config
+	origins    map[string]origin // flag name → where its value came from
 }
 
 // usageError marks an error as a usage or configuration mistake (exit 2).
@@ -170,15 +177,19 @@ own database transactions) to a message broker: at least once, in commit order
 per key, with retries and dead letters.
 
 Every flag can also be set with an environment variable: OUTBOX_ plus the
-flag name in upper case with '-' as '_' (--store: OUTBOX_STORE). A flag on the
-command line beats the variable.
+flag name in upper case with '-' as '_' (--store: OUTBOX_STORE), or in a YAML
+file given with --config whose keys are the flag names (workers: 8). A flag on
+the command line beats the variable, which beats the file. --print-config
+shows the effective configuration and where each value came from.
 
 Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error.`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 		PersistentPreRunE: a.prepare,
+		Version:           buildinfo.Read().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(a.env.Stdout)
 	root.SetErr(a.env.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -187,6 +198,8 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&a.configPath, configFlag, "", "read settings from this YAML file: keys are the flag names (workers: 8); a flag or environment variable beats the file")
+	pf.BoolVar(&a.printOnly, "print-config", false, "print the effective configuration, secrets hidden, with where each value came from, and exit")
 
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(a))
@@ -199,7 +212,7 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error.`,
 // the flags not given, then builds the logger.
 func (a *app) prepare(cmd *cobra.Command, _ []string) error {
 	a.cmd = cmd
-	if err := a.applyEnv(cmd.Flags()); err != nil {
+	if err := a.loadConfig(cmd); err != nil {
 		return err
 	}
 	log, err := a.buildLogger()
@@ -207,48 +220,18 @@ func (a *app) prepare(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	a.log = log
+	if a.printOnly {
+		if err := a.printConfig(cmd); err != nil {
+			return err
+		}
+		return errPrinted
+	}
 	return nil
 }
 
 // envName returns the environment variable of a flag.
 func envName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
-
-// noEnv lists the flags never read from the environment.
-var noEnv = map[string]bool{"yes": true, "help": true}
-
-// applyEnv sets every flag of fs not given on the command line from its
-// environment variable, if that is set and not empty.
-func (a *app) applyEnv(fs *pflag.FlagSet) error {
-	var err error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || noEnv[f.Name] {
-			return
-		}
-		name := envName(f.Name)
-		v, ok := a.env.LookupEnv(name)
-		if !ok || v == "" {
-			return
-		}
-		if serr := fs.Set(f.Name, v); serr != nil {
-			err = usagef("%s=%q is not a valid value for --%s: %v", name, v, f.Name, serr)
-			return
-		}
-		if a.fromEnv == nil {
-			a.fromEnv = map[string]string{}
-		}
-		a.fromEnv[f.Name] = name
-	})
-	return err
-}
-
-// flagRef names a flag in a message, with the variable it came from.
-func (a *app) flagRef(name string) string {
-	if env, ok := a.fromEnv[name]; ok {
-		return "--" + name + " (from " + env + ")"
-	}
-	return "--" + name
 }
 
 // documentEnv appends the environment variable to every flag's usage.
@@ -258,7 +241,7 @@ func documentEnv(root *cobra.Command) {
 	walk = func(c *cobra.Command) {
 		for _, fs := range []*pflag.FlagSet{c.LocalNonPersistentFlags(), c.PersistentFlags()} {
 			fs.VisitAll(func(f *pflag.Flag) {
-				if seen[f] || noEnv[f.Name] {
+				if seen[f] || notConfigurable[f.Name] && f.Name != configFlag {
 					return
 				}
 				seen[f] = true

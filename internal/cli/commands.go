@@ -15,6 +15,8 @@ var commands = []func(*app) *cobra.Command{
 	newRelayCommand,
 	newStatusCommand,
 	newDLQCommand,
+	newConsoleCommand,
 	newDemoCommand,
 	newBenchCommand,
+	newVersionCommand,
 }

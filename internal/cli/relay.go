@@ -18,15 +18,19 @@ import (
 )
 
 // HTTPAddrDefault is where `outbox relay` serves /healthz, /readyz and
-// /metrics unless --http-addr says otherwise.
-const HTTPAddrDefault = "127.0.0.1:9090"
+// /metrics unless --http-addr says otherwise. Port 7467 stays clear of
+// Prometheus's own ports (9090 to 9094), of the exporter range 9100 to 9999
+// (all of it allocated), and of the ports development servers like (3000,
+// 8000, 8080).
+const HTTPAddrDefault = "127.0.0.1:7467"
 
 // httpShutdownTimeout bounds the HTTP server's graceful shutdown.
 const httpShutdownTimeout = 5 * time.Second
 
 type relayFlags struct {
-	store  storeFlags
-	broker string
+	store    storeFlags
+	broker   string
+	security brokerSecurityFlags
 
 	maxInFlight   int
 	ackTimeout    time.Duration
@@ -39,11 +43,13 @@ type relayFlags struct {
 	publishTimeout  time.Duration
 	leaseTTL        time.Duration
 	maxAttempts     int
+	onPermanent     string
 	shutdownTimeout time.Duration
 	pollInterval    time.Duration
 	node            string
 	httpAddr        string
 	observe         observeFlags
+	console         consoleFlags
 }
 
 const brokerExample = "nats://localhost:4222"
@@ -69,6 +75,7 @@ While it runs it serves on --http-addr:
             …) and the store's backlog measured every --backlog-interval
             (outbox_outstanding_messages, outbox_lag_seconds, …)
   /debug/pprof/  Go's profiles, with --pprof only
+  /         the web console, with --console (see outbox console --help)
 Port 0 picks a free port; the address is logged ("http listening").`,
 		Example: `  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222
   OUTBOX_STORE=postgres://… OUTBOX_BROKER=nats://… outbox relay --workers 8 --log-format json`,
@@ -77,6 +84,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs := cmd.Flags()
 	f.store.add(fs, storeFlagSet{retention: true})
 	fs.StringVar(&f.broker, "broker", "", "broker URL, such as "+brokerExample)
+	f.security.add(fs)
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "publishes awaiting an acknowledgement, per publisher (0: the broker's default)")
 	fs.DurationVar(&f.ackTimeout, "ack-timeout", 0, "wait for one broker acknowledgement at most this long (0: the broker's default)")
 	fs.StringVar(&f.subjectPrefix, "subject-prefix", "", "put this right before every topic, usually ending with a dot (outbox. sends orders.created to outbox.orders.created)")
@@ -86,12 +94,14 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.StringVar(&f.ordering, "ordering", string(outbox.OrderingKey), "key: messages of one key in commit order (partition leases); none: no order, SKIP LOCKED claims")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", outbox.PublishTimeoutDefault, "bound of one publish batch")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", outbox.LeaseTTLDefault, "partition lease lifetime; must exceed 2 × --publish-timeout (default: the larger of 30s and 3 × --publish-timeout)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered")
+	fs.IntVar(&f.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered (a blocked destination spends none)")
+	fs.StringVar(&f.onPermanent, "on-permanent", string(outbox.PermanentDeadLetter), "a message the broker can never take (too large, invalid): dead-letter (and go on with its key) or hold (keep it at the head of its key, retried at the longest backoff, logged as an error)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", outbox.ShutdownTimeoutDefault, "on SIGINT/SIGTERM, wait this long for the batches in hand")
 	fs.DurationVar(&f.pollInterval, "poll-interval", outbox.PollIntervalDefault, "look for new messages this often when no notification arrives")
 	fs.StringVar(&f.node, "node", "", "this relay's name in leases and status (default: hostname-pid-random)")
 	fs.StringVar(&f.httpAddr, "http-addr", HTTPAddrDefault, "serve /healthz, /readyz and /metrics here (host:port; port 0 picks one; empty disables)")
 	f.observe.add(fs)
+	f.console.add(fs, "console-")
 
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		return a.runRelay(ctx, cmd, &f)
@@ -110,6 +120,9 @@ func (a *app) relayConfig(cmd *cobra.Command, f *relayFlags) (outbox.Config, err
 		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("ordering"), outbox.OrderingKey, outbox.OrderingNone, f.ordering)
 	}
 	cfg.Ordering = ord
+	if cfg.OnPermanent, err = outbox.ParsePermanentPolicy(f.onPermanent); err != nil {
+		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("on-permanent"), outbox.PermanentDeadLetter, outbox.PermanentHoldKey, f.onPermanent)
+	}
 	if err := a.between("workers", f.workers, 1, outbox.WorkersMax); err != nil {
 		return cfg, err
 	}
@@ -165,6 +178,7 @@ var configFieldFlags = map[string]string{
 	"HeartbeatInterval": "lease-ttl",
 	"PollInterval":      "poll-interval",
 	"MaxAttempts":       "max-attempts",
+	"OnPermanent":       "on-permanent",
 	"ShutdownTimeout":   "shutdown-timeout",
 }
 
@@ -194,6 +208,10 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	if err := f.observe.check(a); err != nil {
 		return err
 	}
+	consoleAuth, err := a.checkConsole(&f.console, f.httpAddr)
+	if err != nil {
+		return err
+	}
 	if f.broker == "" {
 		return usagef("--broker is required: give the broker URL, such as %s, or set %s", brokerExample, envName("broker"))
 	}
@@ -209,6 +227,9 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		SubjectPrefix: f.subjectPrefix,
 		Logger:        a.log,
 	}
+	if err := f.security.apply(a, &brokerOpts); err != nil {
+		return err
+	}
 	if err := f.store.check(a); err != nil {
 		return err
 	}
@@ -217,7 +238,7 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfoGauge())
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	defer cancelOpen()
@@ -262,7 +283,12 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	}
 	defer obs.stop()
 
-	srv, err := a.serveHTTP(f.httpAddr, obs)
+	consoleHandler, closeConsole, err := a.relayConsole(&f.console, consoleAuth, f.store.url, store, relay)
+	if err != nil {
+		return err
+	}
+	defer closeConsole()
+	srv, err := a.serveHTTP(f.httpAddr, obs, consoleHandler)
 	if err != nil {
 		return err
 	}

@@ -59,16 +59,12 @@ type httpServer struct {
 }
 
 // serveHTTP serves /healthz, /metrics and what obs mounts (/readyz, and
-// /debug/pprof/ with --pprof) on addr until shutdown. An empty addr serves
-// nothing.
-func (a *app) serveHTTP(addr string, obs *observability) (*httpServer, error) {
+// /debug/pprof/ with --pprof) on addr until shutdown, and every other path
+// with console when it is not nil. An empty addr serves nothing.
+func (a *app) serveHTTP(addr string, obs *observability, console http.Handler) (*httpServer, error) {
 	if addr == "" {
 		a.log.Info("http disabled (--http-addr is empty)")
 		return &httpServer{}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: listen on %s: %w", a.flagRef("http-addr"), addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -77,9 +73,22 @@ func (a *app) serveHTTP(addr string, obs *observability) (*httpServer, error) {
 	})
 	obs.mount(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(obs.reg, promhttp.HandlerOpts{Registry: obs.reg}))
+	if console != nil {
+		mux.Handle("/", console)
+	}
+	return a.listenHTTP(addr, mux)
+}
+
+// listenHTTP serves h on addr until shutdown and logs "http listening"
+// with the address bound.
+func (a *app) listenHTTP(addr string, h http.Handler) (*httpServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on %s: %w", a.flagRef("http-addr"), addr, err)
+	}
 	s := &httpServer{
 		srv: &http.Server{
-			Handler:           mux,
+			Handler:           h,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,

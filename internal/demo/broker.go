@@ -15,6 +15,8 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/natsjs"
 	"github.com/outboxrelay/outbox/internal/servers"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Settings of the stream and the consumer.
@@ -62,13 +64,13 @@ func openBroker(ctx context.Context, url, runID string, log *slog.Logger) (*nats
 		b.external = true
 		b.name = "OUTBOX_DEMO_" + strings.ToUpper(runID)
 		b.prefix = "outbox_demo_" + runID + "."
-		desc = fmt.Sprintf("NATS JetStream (%s, stream %s)", redact(url), b.name)
+		desc = fmt.Sprintf("NATS JetStream (%s, stream %s)", redact.URL(url), b.name)
 	}
 	var err error
 	b.nc, err = nats.Connect(url, nats.Name("outbox-demo-consumer"))
 	if err != nil {
 		b.close()
-		return nil, "", fmt.Errorf("demo: connect to NATS at %s: %w (is a server with JetStream running there?)", redact(url), err)
+		return nil, "", fmt.Errorf("demo: connect to NATS at %s: %w (is a server with JetStream running there?)", redact.URL(url), err)
 	}
 	if b.js, err = jetstream.New(b.nc); err != nil {
 		b.close()

@@ -23,6 +23,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Defaults and limits of [Options].
@@ -118,10 +120,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("demo: Workers must be between 1 and %d, got %d", outbox.WorkersMax, o.Workers)
 	}
 	if o.Store != "" && !strings.HasPrefix(o.Store, "postgres://") && !strings.HasPrefix(o.Store, "postgresql://") {
-		return fmt.Errorf("demo: Store must be empty (embedded SQLite) or a postgres:// URL, got %q", redact(o.Store))
+		return fmt.Errorf("demo: Store must be empty (embedded SQLite) or a postgres:// URL, got %q", redact.URL(o.Store))
 	}
 	if o.Broker != "" && !strings.HasPrefix(o.Broker, "nats://") {
-		return fmt.Errorf("demo: Broker must be empty (embedded NATS) or a nats:// URL, got %q", redact(o.Broker))
+		return fmt.Errorf("demo: Broker must be empty (embedded NATS) or a nats:// URL, got %q", redact.URL(o.Broker))
 	}
 	return nil
 }
@@ -398,14 +400,4 @@ func showProgress(o Options, c *counters, start time.Time, stop <-chan struct{})
 			}
 		}
 	}
-}
-
-// redact hides the password of a URL for error messages.
-func redact(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		if j := strings.LastIndex(s, "@"); j > i {
-			return s[:i+3] + "xxxxx" + s[j:]
-		}
-	}
-	return s
 }

@@ -60,6 +60,22 @@ type PostgresOptions struct {
 	Settings map[string]string
 	// Logf, if not nil, receives progress messages, such as start-up timings.
 	Logf func(format string, args ...any)
+	// SSL, if not nil, turns ssl on with its certificates.
+	SSL *PostgresSSL
+	// HBA, if not empty, replaces the lines of pg_hba.conf (such as
+	// "hostssl all app 127.0.0.1/32 scram-sha-256"). A first line letting
+	// user postgres in from 127.0.0.1 without a password is kept, for the
+	// start-up check and administration.
+	HBA []string
+}
+
+// PostgresSSL are the PEM certificates of a server with ssl=on.
+type PostgresSSL struct {
+	// CertPEM and KeyPEM are the server's certificate and key.
+	CertPEM, KeyPEM []byte
+	// CAPEM, if not empty, holds the CAs whose client certificates the
+	// server accepts (ssl_ca_file), for cert authentication.
+	CAPEM []byte
 }
 
 // StartPostgres starts a standalone, throwaway PostgreSQL server, for use
@@ -128,10 +144,14 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop 
 		return "", nil, err
 	}
 	logf("servers: postgres: initdb %s in %v", dataDir, time.Since(t0).Round(time.Millisecond))
+	settings, err := configurePostgres(dataDir, cred, opts)
+	if err != nil {
+		return "", nil, err
+	}
 
 	for attempt := 1; ; attempt++ {
 		t1 := time.Now()
-		proc, port, err := startPostmaster(ctx, bindir, dir, dataDir, cred, opts.Settings)
+		proc, port, err := startPostmaster(ctx, bindir, dir, dataDir, cred, settings)
 		if err == nil {
 			logf("servers: postgres: pid %d ready on 127.0.0.1:%d in %v (%v with initdb)",
 				proc.PID(), port, time.Since(t1).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
@@ -145,6 +165,48 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop 
 		}
 		logf("servers: postgres: port %d taken, retrying with another one", port)
 	}
+}
+
+// configurePostgres writes the SSL files and pg_hba.conf of opts into
+// dataDir and returns the settings to start the server with.
+func configurePostgres(dataDir string, cred *syscall.Credential, opts PostgresOptions) (map[string]string, error) {
+	settings := maps.Clone(opts.Settings)
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	write := func(name string, b []byte) error {
+		p := filepath.Join(dataDir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return fmt.Errorf("servers: postgres: %w", err)
+		}
+		if cred != nil {
+			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
+				return fmt.Errorf("servers: postgres: %w", err)
+			}
+		}
+		return nil
+	}
+	if ssl := opts.SSL; ssl != nil {
+		if err := errors.Join(write("server.crt", ssl.CertPEM), write("server.key", ssl.KeyPEM)); err != nil {
+			return nil, err
+		}
+		settings["ssl"] = "on"
+		settings["ssl_cert_file"] = "server.crt"
+		settings["ssl_key_file"] = "server.key"
+		if len(ssl.CAPEM) > 0 {
+			if err := write("root.crt", ssl.CAPEM); err != nil {
+				return nil, err
+			}
+			settings["ssl_ca_file"] = "root.crt"
+		}
+	}
+	if len(opts.HBA) > 0 {
+		lines := append([]string{"host all postgres 127.0.0.1/32 trust"}, opts.HBA...)
+		if err := write("pg_hba.conf", []byte(strings.Join(lines, "\n")+"\n")); err != nil {
+			return nil, err
+		}
+	}
+	return settings, nil
 }
 
 // startPostmaster starts the server on a free port and waits until it

@@ -3,6 +3,7 @@ package testenv
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -88,3 +89,33 @@ func (n *NATSServer) Start() {
 	}
 	n.stop = stop
 }
+
+// NATSWith starts an embedded NATS server with JetStream for this test,
+// configured by opts (TLS, authorization, operator mode, …); Host, Port,
+// JetStream, StoreDir, NoLog and NoSigs are set by NATSWith. The server is
+// shut down by t.Cleanup.
+func NATSWith(t testing.TB, opts server.Options) *server.Server {
+	t.Helper()
+	opts.ServerName = "outbox-" + Name(t)
+	opts.Host = "127.0.0.1"
+	opts.Port = server.RANDOM_PORT
+	opts.JetStream = true
+	opts.StoreDir = t.TempDir()
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(&opts)
+	if err != nil {
+		t.Fatalf("testenv: nats: %v", err)
+	}
+	s.Start()
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	if !s.ReadyForConnections(natsStartTimeout) {
+		t.Fatalf("testenv: nats: server not ready for connections within %v", natsStartTimeout)
+	}
+	return s
+}
+
+// natsStartTimeout bounds how long NATSWith waits for the server.
+const natsStartTimeout = 10 * time.Second

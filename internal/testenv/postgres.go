@@ -110,3 +110,44 @@ func execAdmin(dsn, sql string) error {
 	_, err = conn.Exec(ctx, sql)
 	return err
 }
+
+// PostgresSSL starts a throwaway PostgreSQL server of this test with
+// ssl=on, a server certificate from pki (valid for 127.0.0.1 and
+// localhost), client certificates checked against pki's CA, and hba as the
+// lines of pg_hba.conf (user postgres may still connect from 127.0.0.1
+// without a password). It returns the host:port of the server and the DSN of
+// its postgres database for administration; the server is stopped by
+// t.Cleanup.
+func PostgresSSL(t testing.TB, pki *PKI, hba ...string) (hostPort, adminDSN string) {
+	t.Helper()
+	requireMain(t)
+	server := pki.Server("postgres")
+	ctx, cancel := context.WithTimeout(context.Background(), sharedPostgresStartTimeout)
+	defer cancel()
+	dsn, stop, err := servers.StartPostgres(ctx, servers.PostgresOptions{
+		SSL: &servers.PostgresSSL{CertPEM: server.CertPEM, KeyPEM: server.KeyPEM, CAPEM: pki.CAPEM},
+		HBA: hba,
+	})
+	if err != nil {
+		t.Fatalf("testenv: PostgreSQL with SSL: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("testenv: stop PostgreSQL: %v", err)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host, dsn
+}
+
+// ExecPostgres runs sql on its own connection to dsn, calling t.Fatalf if
+// it fails.
+func ExecPostgres(t testing.TB, dsn, sql string) {
+	t.Helper()
+	if err := execAdmin(dsn, sql); err != nil {
+		t.Fatalf("testenv: %s: %v", sql, err)
+	}
+}

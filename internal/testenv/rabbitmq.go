@@ -77,15 +77,34 @@ func (n *RabbitMQNode) URL() string { return rabbitmqURL(n.amqpPort) }
 // queues and persistent messages survive. It returns once the node accepts
 // AMQP connections again. ctx bounds the start-up.
 func (n *RabbitMQNode) Restart(ctx context.Context) error {
+	if err := n.Pause(); err != nil {
+		return err
+	}
+	return n.Resume(ctx)
+}
+
+// Pause stops the node gracefully (SIGTERM; connections are closed); its
+// epmd and data stay, for Resume.
+func (n *RabbitMQNode) Pause() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.server == nil {
 		return errors.New("testenv: rabbitmq: node is stopped")
 	}
-	if err := n.server.Stop(); err != nil {
-		return err
-	}
+	err := n.server.Stop()
 	n.server = nil
+	return err
+}
+
+// Resume starts a paused node again on the same port with the same data
+// directory. It returns once the node accepts AMQP connections again. ctx
+// bounds the start-up.
+func (n *RabbitMQNode) Resume(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.server != nil {
+		return errors.New("testenv: rabbitmq: node is running")
+	}
 	t0 := time.Now()
 	// The port was ours a moment ago; retry the bind for a while if it is
 	// still held (sockets lingering in TIME_WAIT without SO_REUSEADDR).
@@ -493,6 +512,27 @@ func RabbitMQCtl(t testing.TB, args ...string) string {
 	return out
 }
 
+// PauseRabbitMQ stops the test process's RabbitMQ node (see
+// [RabbitMQNode.Pause]) and returns a function that starts it again, as
+// [RestartRabbitMQ] does, and returns once it accepts connections. Each
+// calls t.Fatalf if it fails. Tests that stop the node must not run in
+// parallel with other tests using it.
+func PauseRabbitMQ(t testing.TB) (resume func(t testing.TB)) {
+	t.Helper()
+	n := sharedRabbitMQNode(t)
+	if err := n.Pause(); err != nil {
+		t.Fatalf("testenv: stop RabbitMQ: %v", err)
+	}
+	return func(t testing.TB) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), rabbitmqStartTimeout)
+		defer cancel()
+		if err := n.Resume(ctx); err != nil {
+			t.Fatalf("testenv: start RabbitMQ again: %v", err)
+		}
+	}
+}
+
 // RestartRabbitMQ restarts the test process's RabbitMQ node (see
 // [RabbitMQNode.Restart]): open connections are closed, and the node comes
 // back on the same URL with its durable queues and persistent messages. It
@@ -507,4 +547,37 @@ func RestartRabbitMQ(t testing.TB) {
 	if err := n.Restart(ctx); err != nil {
 		t.Fatalf("testenv: restart RabbitMQ: %v", err)
 	}
+}
+
+// RabbitMQTLS starts a RabbitMQ node of this test with a TLS listener whose
+// certificate pki issued, and returns its amqps URL
+// (amqps://guest:guest@127.0.0.1:PORT/). With requireClientCert, clients
+// must present a certificate pki signed. The node (boot takes 6 to 16 s) is
+// stopped by t.Cleanup.
+func RabbitMQTLS(t testing.TB, pki *PKI, requireClientCert bool) string {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	server := pki.Server("rabbitmq")
+	ctx, cancel := context.WithTimeout(context.Background(), rabbitmqStartTimeout)
+	defer cancel()
+	_, stop, err := StartRabbitMQ(ctx, RabbitMQOptions{Dir: t.TempDir(), Config: []string{
+		"listeners.ssl.default = 127.0.0.1:" + strconv.Itoa(port),
+		"ssl_options.cacertfile = " + pki.CAFile,
+		"ssl_options.certfile = " + server.CertFile,
+		"ssl_options.keyfile = " + server.KeyFile,
+		"ssl_options.verify = verify_peer",
+		"ssl_options.fail_if_no_peer_cert = " + strconv.FormatBool(requireClientCert),
+	}})
+	if err != nil {
+		t.Fatalf("testenv: RabbitMQ with TLS: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("testenv: stop RabbitMQ: %v", err)
+		}
+	})
+	return (&url.URL{Scheme: "amqps", User: url.UserPassword("guest", "guest"), Host: "127.0.0.1:" + strconv.Itoa(port), Path: "/"}).String()
 }

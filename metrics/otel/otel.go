@@ -14,6 +14,9 @@
 //	outbox.published        counter   {message}  attribute topic
 //	outbox.failed           counter   {message}  attribute topic; attempts to retry
 //	outbox.dead_lettered    counter   {message}  attribute topic
+//	outbox.held             counter   {message}  attribute topic; failed permanently, holding their key
+//	outbox.duplicates       counter   {message}  attribute topic; acknowledged as duplicates
+//	outbox.destination_blocks counter {block}    attribute topic; the destination was paused
 //	outbox.fetched          counter   {record}
 //	outbox.settled          counter   {record}
 //	outbox.fenced           counter   {partition}
@@ -64,6 +67,7 @@ var LagBoundaries = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 
 type instruments struct {
 	published, failed, dead               metric.Int64Counter
+	held, duplicates, blocks              metric.Int64Counter
 	fetched, settled, fenced, storeErrors metric.Int64Counter
 	publishDur, fetchDur, settleDur, lag  metric.Float64Histogram
 	leases                                metric.Int64Gauge
@@ -96,6 +100,9 @@ func NewHook(mp metric.MeterProvider) (outbox.Hook, error) {
 	in.published = counter("outbox.published", "{message}", "Messages acknowledged by the broker.")
 	in.failed = counter("outbox.failed", "{message}", "Failed publish attempts that will be retried.")
 	in.dead = counter("outbox.dead_lettered", "{message}", "Messages moved to the dead letters.")
+	in.held = counter("outbox.held", "{message}", "Messages that failed permanently and hold their key (OnPermanent hold).")
+	in.duplicates = counter("outbox.duplicates", "{message}", "Messages the broker acknowledged as duplicates of messages it had stored.")
+	in.blocks = counter("outbox.destination_blocks", "{block}", "Times the destination was refused as a whole by the broker and paused.")
 	in.fetched = counter("outbox.fetched", "{record}", "Records read from the store.")
 	in.settled = counter("outbox.settled", "{record}", "Records settled in the store.")
 	in.fenced = counter("outbox.fenced", "{partition}", "Partitions lost to another relay while settling.")
@@ -147,5 +154,11 @@ func (in *instruments) hook(e outbox.Event) {
 		in.storeErrors.Add(ctx, 1)
 	case outbox.EventLag:
 		in.lag.Record(ctx, e.Duration.Seconds())
+	case outbox.EventHeld:
+		in.held.Add(ctx, int64(e.Count), in.topic(e.Topic))
+	case outbox.EventDuplicate:
+		in.duplicates.Add(ctx, int64(e.Count), in.topic(e.Topic))
+	case outbox.EventBlocked:
+		in.blocks.Add(ctx, 1, in.topic(e.Topic))
 	}
 }

@@ -47,6 +47,9 @@ func TestHookRecordsPerTopic(t *testing.T) {
 	hook(outbox.Event{Kind: outbox.EventLeases, Count: 3})
 	hook(outbox.Event{Kind: outbox.EventLeases, Count: 7})
 	hook(outbox.Event{Kind: outbox.EventLag, Duration: 1500 * time.Millisecond})
+	hook(outbox.Event{Kind: outbox.EventHeld, Topic: "orders.paid", Count: 3})
+	hook(outbox.Event{Kind: outbox.EventDuplicate, Topic: "orders.paid", Count: 2})
+	hook(outbox.Event{Kind: outbox.EventBlocked, Topic: "orders.paid", Err: errors.New("no stream")})
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -86,6 +89,9 @@ func TestHookRecordsPerTopic(t *testing.T) {
 		{"outbox.settled", "", 3200},
 		{"outbox.fenced", "", 2},
 		{"outbox.store_errors", "", 1},
+		{"outbox.held", "orders.paid", 3},
+		{"outbox.duplicates", "orders.paid", 2},
+		{"outbox.destination_blocks", "orders.paid", 1},
 	} {
 		if v := sum(c.name, c.topic); v != c.want {
 			t.Errorf("%s{topic=%q} = %d, want %d", c.name, c.topic, v, c.want)

@@ -29,7 +29,7 @@ var (
 	refreshErrorsDesc = desc("backlog_refresh_errors_total", "Failed backlog refreshes.")
 
 	blockedDesc      = desc("blocked_destinations", "Destinations the relay holds paused because the broker refuses them.")
-	blockedSinceDesc = desc("destination_blocked_since_seconds", "When each blocked destination was blocked, Unix time.", "topic")
+	blockedSinceDesc = desc("destination_blocked_since_seconds", "When each blocked destination was blocked, Unix time.", "destination")
 
 	storeUpDesc  = desc("store_up", "1 while the relay reaches its store, 0 while it does not.")
 	brokerUpDesc = desc("broker_up", "1 while the publisher reaches its broker (or cannot tell), 0 while it does not.")
@@ -111,13 +111,13 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 	blocked := c.r.Blocked()
 	ch <- prometheus.MustNewConstMetric(blockedDesc, prometheus.GaugeValue, float64(len(blocked)))
 	for _, b := range blocked {
-		ch <- prometheus.MustNewConstMetric(blockedSinceDesc, prometheus.GaugeValue, float64(b.Since.UnixNano())/1e9, b.Topic)
+		ch <- prometheus.MustNewConstMetric(blockedSinceDesc, prometheus.GaugeValue, float64(b.Since.UnixNano())/1e9, b.Destination)
 	}
 }
 
 // RegisterRelay exports the relay's blocked destinations with reg, read at
 // every scrape: outbox_blocked_destinations (from the start, at zero) and
-// outbox_destination_blocked_since_seconds per blocked topic.
+// outbox_destination_blocked_since_seconds per blocked destination.
 func RegisterRelay(reg prometheus.Registerer, r BlockedReporter) error {
 	if reg == nil || r == nil {
 		return errors.New("outboxprom: RegisterRelay needs a registerer and a relay")

@@ -69,7 +69,11 @@ func TestEveryCounterAndHistogramFromZero(t *testing.T) {
 		}
 	}
 	m.InitBacklogTopics(&outbox.Backlog{Topics: []outbox.TopicBacklog{{Topic: "orders"}}})
-	m.Hook()(outbox.Event{Kind: outbox.EventPublished, Topic: "invoices", Count: 2})
+	hook := m.Hook()
+	hook(outbox.Event{Kind: outbox.EventPublished, Topic: "invoices", Count: 2})
+	hook(outbox.Event{Kind: outbox.EventDuplicate, Topic: "invoices", Count: 1})
+	hook(outbox.Event{Kind: outbox.EventBlocked, Topic: "invoices", Err: errors.New("no stream")})
+	hook(outbox.Event{Kind: outbox.EventHeld, Topic: "invoices", Count: 3})
 	fams = gather(t, reg)
 	for _, c := range []struct {
 		name, topic string
@@ -77,6 +81,8 @@ func TestEveryCounterAndHistogramFromZero(t *testing.T) {
 	}{
 		{"outbox_published_total", "orders", 0}, {"outbox_failed_total", "orders", 0}, {"outbox_dead_lettered_total", "orders", 0},
 		{"outbox_published_total", "invoices", 2}, {"outbox_failed_total", "invoices", 0}, {"outbox_dead_lettered_total", "invoices", 0},
+		{"outbox_held_total", "orders", 0}, {"outbox_duplicates_total", "orders", 0}, {"outbox_destination_blocks_total", "orders", 0},
+		{"outbox_duplicates_total", "invoices", 1}, {"outbox_destination_blocks_total", "invoices", 1}, {"outbox_held_total", "invoices", 3},
 	} {
 		if v, ok := value(fams, c.name, c.topic); !ok || v != c.want {
 			t.Errorf("%s{topic=%q} = %v (exported %v), want %v", c.name, c.topic, v, ok, c.want)
@@ -196,7 +202,7 @@ outbox_store_up 1
 		t.Error(err)
 	}
 	since := time.Unix(1700000000, 0)
-	r.blocked = []outbox.BlockedDestination{{Topic: "orders", Since: since, LastError: "no stream"}}
+	r.blocked = []outbox.BlockedDestination{{Destination: "orders", Since: since, LastError: "no stream"}}
 	fams := gather(t, reg)
 	if v, _ := value(fams, "outbox_blocked_destinations", ""); v != 1 {
 		t.Errorf("outbox_blocked_destinations = %v, want 1", v)

@@ -20,6 +20,9 @@
 //	outbox_published_total{topic}       counter   messages acknowledged by the broker
 //	outbox_failed_total{topic}          counter   failed attempts that will be retried
 //	outbox_dead_lettered_total{topic}   counter   messages moved to the dead letters
+//	outbox_held_total{topic}            counter   messages that failed permanently and hold their key (OnPermanent hold)
+//	outbox_duplicates_total{topic}      counter   messages the broker acknowledged as duplicates (counted as published too)
+//	outbox_destination_blocks_total{topic} counter times the destination was found blocked (paused)
 //	outbox_fetched_total                counter   records read from the store
 //	outbox_settled_total                counter   records settled in the store
 //	outbox_fenced_total                 counter   partitions lost to another relay
@@ -54,8 +57,8 @@
 //
 // From the relay ([RegisterRelay]) and its readiness ([RegisterHealth]):
 //
-//	outbox_blocked_destinations                       gauge  destinations the relay holds paused
-//	outbox_destination_blocked_since_seconds{topic}   gauge  when each was blocked (Unix time)
+//	outbox_blocked_destinations                            gauge  destinations the relay holds paused
+//	outbox_destination_blocked_since_seconds{destination}  gauge  when each was blocked (Unix time)
 //	outbox_store_up                                   gauge  1 while the relay reaches its store
 //	outbox_broker_up                                  gauge  1 while the publisher reaches its broker
 //
@@ -91,6 +94,9 @@ type Metrics struct {
 	Published       *prometheus.CounterVec
 	Failed          *prometheus.CounterVec
 	DeadLettered    *prometheus.CounterVec
+	Held            *prometheus.CounterVec
+	Duplicates      *prometheus.CounterVec
+	Blocks          *prometheus.CounterVec
 	Fetched         prometheus.Counter
 	Settled         prometheus.Counter
 	Fenced          prometheus.Counter
@@ -122,6 +128,9 @@ func NewMetrics() *Metrics {
 		Published:       counterVec("published_total", "Messages acknowledged by the broker."),
 		Failed:          counterVec("failed_total", "Failed publish attempts that will be retried."),
 		DeadLettered:    counterVec("dead_lettered_total", "Messages moved to the dead letters."),
+		Held:            counterVec("held_total", "Messages that failed permanently and hold their key (OnPermanent hold)."),
+		Duplicates:      counterVec("duplicates_total", "Messages the broker acknowledged as duplicates of messages it had stored."),
+		Blocks:          counterVec("destination_blocks_total", "Times the destination was refused as a whole by the broker and paused."),
 		Fetched:         counter("fetched_total", "Records read from the store."),
 		Settled:         counter("settled_total", "Records settled in the store."),
 		Fenced:          counter("fenced_total", "Partitions lost to another relay while settling."),
@@ -137,7 +146,7 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector of m.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.Published, m.Failed, m.DeadLettered, m.Fetched, m.Settled, m.Fenced, m.StoreErrors,
+		m.Published, m.Failed, m.DeadLettered, m.Held, m.Duplicates, m.Blocks, m.Fetched, m.Settled, m.Fenced, m.StoreErrors,
 		m.PublishDuration, m.FetchDuration, m.SettleDuration, m.PublishLag, m.Leases,
 	}
 }
@@ -190,6 +199,12 @@ func (m *Metrics) Hook() outbox.Hook {
 			m.StoreErrors.Inc()
 		case outbox.EventLag:
 			m.PublishLag.Observe(e.Duration.Seconds())
+		case outbox.EventHeld:
+			m.Held.WithLabelValues(e.Topic).Add(float64(e.Count))
+		case outbox.EventDuplicate:
+			m.Duplicates.WithLabelValues(e.Topic).Add(float64(e.Count))
+		case outbox.EventBlocked:
+			m.Blocks.WithLabelValues(e.Topic).Inc()
 		}
 	}
 }
@@ -203,9 +218,9 @@ func (m *Metrics) InitTopic(topics ...string) {
 			continue
 		}
 		m.topics.Store(t, struct{}{})
-		m.Published.WithLabelValues(t)
-		m.Failed.WithLabelValues(t)
-		m.DeadLettered.WithLabelValues(t)
+		for _, v := range []*prometheus.CounterVec{m.Published, m.Failed, m.DeadLettered, m.Held, m.Duplicates, m.Blocks} {
+			v.WithLabelValues(t)
+		}
 	}
 }
 

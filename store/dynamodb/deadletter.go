@@ -87,8 +87,15 @@ func (s *Store) deadEntries(ctx context.Context, f outbox.DeadLetterFilter) ([]E
 		}
 	}
 	entries = slices.DeleteFunc(entries, func(e Entry) bool {
-		return (f.Topic != "" && e.Topic != f.Topic) || (!f.FailedBefore.IsZero() && !e.Time.Before(f.FailedBefore))
+		return (f.Topic != "" && e.Topic != f.Topic) || (!f.FailedBefore.IsZero() && !e.Time.Before(f.FailedBefore)) ||
+			(!f.FailedAfter.IsZero() && e.Time.Before(f.FailedAfter))
 	})
+	if f.Key != "" || f.ErrorContains != "" {
+		var err error
+		if entries, err = s.matchDeadItems(ctx, entries, f); err != nil {
+			return nil, err
+		}
+	}
 	slices.SortFunc(entries, func(a, b Entry) int {
 		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.ID, b.ID))
 	})
@@ -122,6 +129,12 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 	entries, err := s.deadEntries(ctx, f)
 	if err != nil {
 		return nil, err
+	}
+	if f.After != nil {
+		after := *f.After
+		entries = slices.DeleteFunc(entries, func(e Entry) bool {
+			return cmp.Or(e.Time.Compare(after.FailedAt), cmp.Compare(e.ID, after.ID)) <= 0
+		})
 	}
 	limit := cmp.Or(f.Limit, deadLimitDefault)
 	if len(entries) > limit {

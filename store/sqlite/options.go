@@ -120,6 +120,8 @@ type names struct {
 	pendingIdx   string
 	publishedIdx string
 	failedIdx    string
+	deadKeyIdx   string
+	deadTopicIdx string
 }
 
 func newNames(o Options) names {
@@ -134,6 +136,8 @@ func newNames(o Options) names {
 		pendingIdx:   q("_messages_pending_idx"),
 		publishedIdx: q("_messages_published_idx"),
 		failedIdx:    q("_dead_letters_failed_idx"),
+		deadKeyIdx:   q("_dead_letters_key_idx"),
+		deadTopicIdx: q("_dead_letters_topic_idx"),
 	}
 }
 

@@ -26,17 +26,19 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 		}
 		st.OldestCreatedAt = fromNanos(oldest)
 
-		rows, err := tx.QueryContext(ctx, "SELECT topic, count(*) FROM "+s.n.messages+
+		rows, err := tx.QueryContext(ctx, "SELECT topic, count(*), min(created_at) FROM "+s.n.messages+
 			" WHERE published_at IS NULL GROUP BY topic ORDER BY topic")
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
 			var tc outbox.TopicCount
-			if err := rows.Scan(&tc.Topic, &tc.Count); err != nil {
+			var oldest sql.NullInt64
+			if err := rows.Scan(&tc.Topic, &tc.Count, &oldest); err != nil {
 				rows.Close()
 				return err
 			}
+			tc.OldestCreatedAt = fromNanos(oldest)
 			st.Topics = append(st.Topics, tc)
 		}
 		rows.Close()

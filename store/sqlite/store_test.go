@@ -219,7 +219,7 @@ func TestWriteNotMigrated(t *testing.T) {
 // whole Write before anything is written, and the transaction stays usable.
 func TestOversizedPayload(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Options{MaxPayload: 16})
+	b := setup(t, Options{MaxPayload: 1024})
 	if _, err := b.store.DB().ExecContext(b.ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
@@ -233,11 +233,11 @@ func TestOversizedPayload(t *testing.T) {
 	}
 	err = b.store.Write(b.ctx, tx,
 		outbox.Message{Topic: "orders.created", Key: "o1", Payload: make([]byte, 16)},
-		outbox.Message{Topic: "orders.created", Key: "o1", Payload: make([]byte, 17)},
+		outbox.Message{Topic: "orders.created", Key: "o1", Payload: make([]byte, 1025)},
 	)
 	var ve *outbox.ValidationError
 	if !errors.As(err, &ve) || ve.Field != "Payload" {
-		t.Fatalf("Write with a 17-byte payload over a 16-byte limit = %v, want a *ValidationError on Payload", err)
+		t.Fatalf("Write with a 1025-byte payload over a 1024-byte limit = %v, want a *ValidationError on Payload", err)
 	}
 	if !strings.Contains(err.Error(), "message 1 of 2") || !strings.Contains(err.Error(), "MaxPayload") {
 		t.Errorf("error %q should name the message and the MaxPayload option", err)
@@ -822,8 +822,8 @@ func TestMigrate(t *testing.T) {
 	if n := b.count(t, "_leases"); n != 16 {
 		t.Fatalf("%d lease rows, want 16", n)
 	}
-	if n := b.count(t, "_migrations"); n != 1 {
-		t.Fatalf("%d migration rows, want 1", n)
+	if n, want := b.count(t, "_migrations"), len(mustMigrations(t)); n != want {
+		t.Fatalf("%d migration rows, want %d (one per migration file)", n, want)
 	}
 	// Another Store on the same tables with P unset reads P; with another P
 	// it fails and names the option.
@@ -936,7 +936,8 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Outstanding != 3 || !st.OldestCreatedAt.Equal(clk.Now()) || len(st.Topics) != 2 ||
-		st.Topics[0] != (outbox.TopicCount{Topic: "a", Count: 2}) || st.Topics[1] != (outbox.TopicCount{Topic: "b", Count: 1}) {
+		st.Topics[0] != (outbox.TopicCount{Topic: "a", Count: 2, OldestCreatedAt: clk.Now()}) ||
+		st.Topics[1] != (outbox.TopicCount{Topic: "b", Count: 1, OldestCreatedAt: clk.Now()}) {
 		t.Fatalf("status = %+v", st)
 	}
 	if len(st.Partitions) != testPartitions || len(st.Relays) != 1 || st.Relays[0].Partitions != testPartitions {
@@ -960,4 +961,13 @@ func TestStatus(t *testing.T) {
 	if len(st.Relays) != 0 || st.Partitions[0].Owner != "" {
 		t.Errorf("expired relay or lease still shown: %+v %+v", st.Relays, st.Partitions[0])
 	}
+}
+
+func mustMigrations(t *testing.T) []migration {
+	t.Helper()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
 }
