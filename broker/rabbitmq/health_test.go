@@ -28,15 +28,7 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("Health while connected: %v", err)
 	}
 
-	testenv.RabbitMQCtl(t, "set_vm_memory_high_watermark", "absolute", "1")
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			testenv.RabbitMQCtl(t, "set_vm_memory_high_watermark", "0.4")
-		}
-	}
-	t.Cleanup(restore)
+	restore := memoryAlarm(t)
 	relaytest.WaitFor(t, "Health to report the alarm", 30*time.Second, func() bool {
 		// The broker tells a connection it is blocked once it publishes.
 		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)

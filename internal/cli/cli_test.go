@@ -252,7 +252,14 @@ func messages(topic string, n, keys int) []outbox.Message {
 // stream creates a JetStream stream for subjects on s and returns it.
 func stream(t *testing.T, s *server.Server, subjects ...string) jetstream.Stream {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	return streamAt(t, s.ClientURL(), subjects...)
+}
+
+// streamAt creates a stream for subjects on the NATS server at url, over
+// a connection that reconnects for as long as the test runs.
+func streamAt(t *testing.T, url string, subjects ...string) jetstream.Stream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}

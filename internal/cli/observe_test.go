@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -136,19 +134,7 @@ func TestRelayThroughBrokerOutage(t *testing.T) {
 	t.Parallel()
 	dsn := migrated(t, 8)
 	ns := testenv.StoppableNATS(t)
-	nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUTAGE", Subjects: []string{"orders.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamAt(t, ns.URL(), "orders.>")
 
 	b := start(t, map[string]string{"OUTBOX_STORE": dsn, "OUTBOX_HTTP_ADDR": "127.0.0.1:0"}, "relay", "--broker", ns.URL(),
 		"--log-format", "json", "--publish-timeout", "1s", "--poll-interval", "50ms",
