@@ -170,9 +170,11 @@ func (r *blockedRelay) Config() outbox.Config                { return outbox.Con
 
 type downBroker struct{}
 
-func (downBroker) Publish(_ context.Context, msgs []*outbox.Message) []error { return make([]error, len(msgs)) }
-func (downBroker) Close() error                                             { return nil }
-func (downBroker) Health(context.Context) error                             { return errors.New("not connected") }
+func (downBroker) Publish(_ context.Context, msgs []*outbox.Message) []error {
+	return make([]error, len(msgs))
+}
+func (downBroker) Close() error                 { return nil }
+func (downBroker) Health(context.Context) error { return errors.New("not connected") }
 
 func TestRelayAndHealthGauges(t *testing.T) {
 	t.Parallel()
