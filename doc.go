@@ -142,6 +142,9 @@
 // new work, waits for the batches in hand to be acknowledged and settled,
 // releases the leases and returns; if Config.ShutdownTimeout passed first
 // it abandons the rest (it stays in the outbox) and returns an error
-// wrapping [ErrShutdownTimeout]. Metrics and tracing go through a
-// non-blocking [Hook]; logs through an injected *slog.Logger.
+// wrapping [ErrShutdownTimeout]. Metrics go through a non-blocking [Hook],
+// distributed tracing through Config.Tracer (a [PublishTracer]; stores
+// inject the writer's trace context with a [HeaderInjector]); logs through
+// an injected *slog.Logger. Stores that implement [BacklogReader] measure
+// their backlog for gauges with a bounded cost.
 package outbox

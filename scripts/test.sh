@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test of the module, installing first what the tests need when
 # it is missing: PostgreSQL 15 server binaries, RabbitMQ, Chromium and
-# systemd (for systemd-analyze) from Debian's packages, and dynalite (npm,
-# pinned in package-lock.json).
+# systemd (for systemd-analyze) from Debian's packages, promtool (taken out
+# of Debian's prometheus package into bin/), and dynalite (npm, pinned in
+# package-lock.json).
 # Usage: scripts/test.sh [extra `go test` arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_updated=""
-apt_install() {
+apt_update() {
   if [ -z "$apt_updated" ]; then
     echo "test.sh: apt-get update" >&2
     as_root apt-get update -qq
     apt_updated=1
   fi
+}
+apt_install() {
+  apt_update
   echo "test.sh: installing $*" >&2
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
@@ -25,6 +29,18 @@ fi
 if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
   apt_install rabbitmq-server
 fi
+# promtool alone, extracted from Debian's prometheus package: installing the
+# package would also start a Prometheus server.
+if ! command -v promtool >/dev/null 2>&1 && [ ! -x bin/promtool ]; then
+  apt_update
+  echo "test.sh: extracting promtool from Debian's prometheus package into bin/" >&2
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq prometheus && dpkg-deb -x prometheus_*.deb root)
+  mkdir -p bin
+  cp "$tmp/root/usr/bin/promtool" bin/promtool
+  rm -rf "$tmp"
+fi
+export PATH="$PWD/bin:$PATH"
 if ! command -v chromium >/dev/null 2>&1; then
   apt_install chromium # the console's browser tests drive it headless
 fi

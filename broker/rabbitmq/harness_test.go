@@ -248,3 +248,21 @@ func errorContains(t testing.TB, err error, wants ...string) {
 		}
 	}
 }
+
+// memoryAlarm sets a memory alarm on the shared node, so that it blocks
+// publishers, and returns the function that clears it (idempotent, also
+// run by t.Cleanup). Tests that use it must not run in parallel with
+// others using the node.
+func memoryAlarm(t *testing.T) (clear func()) {
+	t.Helper()
+	testenv.RabbitMQCtl(t, "set_vm_memory_high_watermark", "absolute", "1")
+	cleared := false
+	clear = func() {
+		if !cleared {
+			cleared = true
+			testenv.RabbitMQCtl(t, "set_vm_memory_high_watermark", "0.4")
+		}
+	}
+	t.Cleanup(clear)
+	return clear
+}

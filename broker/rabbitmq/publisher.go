@@ -172,38 +172,14 @@ func (p *Publisher) begin() bool {
 // channel returns the session and the channel for the next Publish call,
 // dialing or opening a channel if needed.
 func (p *Publisher) channel(ctx context.Context) (*session, *channel, error) {
-	select {
-	case p.lock <- struct{}{}:
-	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("rabbitmq: waiting for the connection to %s: %w", p.redacted, context.Cause(ctx))
+	if err := p.acquire(ctx); err != nil {
+		return nil, nil, err
 	}
 	defer func() { <-p.lock }()
 
-	s := p.sess
-	if s != nil && s.gone() {
-		<-s.done
-		p.lastErr = s.err
-		p.opts.Logger.Warn("rabbitmq: connection lost", "url", p.redacted, "err", s.err)
-		p.sess, s = nil, nil
-	}
-	if s == nil {
-		if wait := time.Until(p.nextDial); wait > 0 {
-			return nil, nil, fmt.Errorf("rabbitmq: not connected to %s (next attempt in %v): %w", p.redacted, wait.Round(time.Millisecond), p.lastErr)
-		}
-		var err error
-		s, err = dialSession(ctx, p.url, &p.opts, &p.bg)
-		if err != nil {
-			p.failures++
-			p.nextDial = time.Now().Add(outbox.Backoff(p.failures, p.opts.ReconnectBackoff, p.opts.ReconnectBackoffMax))
-			p.lastErr = err
-			p.opts.Logger.Warn("rabbitmq: reconnect failed", "url", p.redacted, "attempt", p.failures, "err", err)
-			return nil, nil, dialError(p.redacted, err)
-		}
-		if p.failures > 0 || p.lastErr != nil {
-			p.opts.Logger.Info("rabbitmq: reconnected", "url", p.redacted, "attempts", p.failures+1)
-		}
-		p.failures, p.lastErr = 0, nil
-		p.sess = s
+	s, err := p.connect(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	i := int(p.rr.Add(1) % uint64(len(s.chans)))
 	c := s.chans[i]
@@ -219,6 +195,49 @@ func (p *Publisher) channel(ctx context.Context) (*session, *channel, error) {
 		s.chans[i] = c
 	}
 	return s, c, nil
+}
+
+// acquire takes p.lock, unless ctx ends first.
+func (p *Publisher) acquire(ctx context.Context) error {
+	select {
+	case p.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("rabbitmq: waiting for the connection to %s: %w", p.redacted, context.Cause(ctx))
+	}
+}
+
+// connect returns the live session, dialing a new one (no sooner than the
+// reconnect backoff allows) when the connection is gone. The caller holds
+// p.lock.
+func (p *Publisher) connect(ctx context.Context) (*session, error) {
+	s := p.sess
+	if s != nil && s.gone() {
+		<-s.done
+		p.lastErr = s.err
+		p.opts.Logger.Warn("rabbitmq: connection lost", "url", p.redacted, "err", s.err)
+		p.sess, s = nil, nil
+	}
+	if s != nil {
+		return s, nil
+	}
+	if wait := time.Until(p.nextDial); wait > 0 {
+		return nil, fmt.Errorf("rabbitmq: not connected to %s (next attempt in %v): %w", p.redacted, wait.Round(time.Millisecond), p.lastErr)
+	}
+	s, err := dialSession(ctx, p.url, &p.opts, &p.bg)
+	if err != nil {
+		p.failures++
+		p.nextDial = time.Now().Add(outbox.Backoff(p.failures, p.opts.ReconnectBackoff, p.opts.ReconnectBackoffMax))
+		p.lastErr = err
+		p.opts.Logger.Warn("rabbitmq: reconnect failed", "url", p.redacted, "attempt", p.failures, "err", err)
+		return nil, dialError(p.redacted, err)
+	}
+	if p.failures > 0 || p.lastErr != nil {
+		p.opts.Logger.Info("rabbitmq: reconnected", "url", p.redacted, "attempts", p.failures+1)
+	}
+	p.failures, p.lastErr = 0, nil
+	p.sess = s
+	return s, nil
 }
 
 // Publish implements [outbox.Publisher]. It publishes msgs in order on one

@@ -431,15 +431,7 @@ func TestBlockedByAlarm(t *testing.T) {
 	publishAll(t, p, first)
 	confirmed = append(confirmed, first.ID)
 
-	testenv.RabbitMQCtl(t, "set_vm_memory_high_watermark", "absolute", "1")
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			testenv.RabbitMQCtl(t, "set_vm_memory_high_watermark", "0.4")
-		}
-	}
-	t.Cleanup(restore)
+	restore := memoryAlarm(t)
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -252,7 +252,14 @@ func messages(topic string, n, keys int) []outbox.Message {
 // stream creates a JetStream stream for subjects on s and returns it.
 func stream(t *testing.T, s *server.Server, subjects ...string) jetstream.Stream {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	return streamAt(t, s.ClientURL(), subjects...)
+}
+
+// streamAt creates a stream for subjects on the NATS server at url, over
+// a connection that reconnects for as long as the test runs.
+func streamAt(t *testing.T, url string, subjects ...string) jetstream.Stream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,6 +598,9 @@ func TestUsageErrors(t *testing.T) {
 		{"lease below publish timeout", nil, []string{"relay", "--store", pg, "--broker", nats, "--publish-timeout", "20s", "--lease-ttl", "30s"}, []string{"--lease-ttl", "LeaseTTL must exceed 2 × PublishTimeout"}},
 		{"negative duration", nil, []string{"relay", "--store", pg, "--broker", nats, "--shutdown-timeout", "-1s"}, []string{"--shutdown-timeout", "positive"}},
 		{"missing broker", nil, []string{"relay", "--store", pg}, []string{"--broker is required"}},
+		{"zero ready grace", nil, []string{"relay", "--store", pg, "--broker", nats, "--ready-grace", "0s"}, []string{"--ready-grace", "positive"}},
+		{"tiny backlog interval", nil, []string{"relay", "--store", pg, "--broker", nats, "--backlog-interval", "1ms"}, []string{"--backlog-interval", "at least 10ms"}},
+		{"zero backlog limit", nil, []string{"relay", "--store", pg, "--broker", nats, "--backlog-limit", "0"}, []string{"--backlog-limit", "between 1 and 100000000"}},
 		{"broker scheme", nil, []string{"relay", "--store", pg, "--broker", "amqp0://x"}, []string{"--broker", `unknown scheme "amqp0"`}},
 		{"unknown flag", nil, []string{"relay", "--wokers", "3"}, []string{"unknown flag: --wokers"}},
 		{"not a number", nil, []string{"relay", "--workers", "many"}, []string{"--workers"}},

@@ -48,6 +48,7 @@ type relayFlags struct {
 	pollInterval    time.Duration
 	node            string
 	httpAddr        string
+	observe         observeFlags
 	console         consoleFlags
 }
 
@@ -66,8 +67,14 @@ still published in commit order.
 
 While it runs it serves on --http-addr:
   /healthz  200 while the process runs
-  /readyz   200 while the relay runs and reaches the store, 503 otherwise
-  /metrics  Prometheus metrics (outbox_published_total, …)
+  /readyz   200 while the relay runs and reaches its store and its broker;
+            503 once either has been unreachable for --ready-grace, or the
+            relay stopped. The JSON body says which, and lists blocked
+            destinations (which do not fail readiness).
+  /metrics  Prometheus metrics: the relay's counters (outbox_published_total,
+            …) and the store's backlog measured every --backlog-interval
+            (outbox_outstanding_messages, outbox_lag_seconds, …)
+  /debug/pprof/  Go's profiles, with --pprof only
   /         the web console, with --console (see outbox console --help)
 Port 0 picks a free port; the address is logged ("http listening").`,
 		Example: `  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222
@@ -93,6 +100,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.DurationVar(&f.pollInterval, "poll-interval", outbox.PollIntervalDefault, "look for new messages this often when no notification arrives")
 	fs.StringVar(&f.node, "node", "", "this relay's name in leases and status (default: hostname-pid-random)")
 	fs.StringVar(&f.httpAddr, "http-addr", HTTPAddrDefault, "serve /healthz, /readyz and /metrics here (host:port; port 0 picks one; empty disables)")
+	f.observe.add(fs)
 	f.console.add(fs, "console-")
 
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
@@ -197,6 +205,9 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	if err := a.checkHTTPAddr(f.httpAddr); err != nil {
 		return err
 	}
+	if err := f.observe.check(a); err != nil {
+		return err
+	}
 	consoleAuth, err := a.checkConsole(&f.console, f.httpAddr)
 	if err != nil {
 		return err
@@ -228,11 +239,6 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfoGauge())
-	hook, err := outboxprom.NewHook(reg)
-	if err != nil {
-		return err
-	}
-	cfg.Hook = hook
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, time.Minute)
 	defer cancelOpen()
@@ -241,6 +247,11 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		return err
 	}
 	defer a.closeStore(store)
+	obs, err := a.newObservability(reg, store, &f.observe)
+	if err != nil {
+		return err
+	}
+	cfg.Hook = obs.hook()
 	if rc, ok := store.(outbox.RequestCounter); ok {
 		if err := outboxprom.RegisterRequests(reg, rc); err != nil {
 			return err
@@ -264,13 +275,20 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		return a.configError(err)
 	}
 	cfg = relay.Config()
+	if err := obs.watchRelay(relay, pub, &f.observe); err != nil {
+		return err
+	}
+	if err := obs.start(ctx); err != nil {
+		return err
+	}
+	defer obs.stop()
 
 	consoleHandler, closeConsole, err := a.relayConsole(&f.console, consoleAuth, f.store.url, store, relay)
 	if err != nil {
 		return err
 	}
 	defer closeConsole()
-	srv, err := a.serveHTTP(f.httpAddr, relay, reg, consoleHandler)
+	srv, err := a.serveHTTP(f.httpAddr, obs, consoleHandler)
 	if err != nil {
 		return err
 	}

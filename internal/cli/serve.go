@@ -9,12 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
-
-// readinessChecker is the part of *outbox.Relay the HTTP server needs.
-type readinessChecker interface{ Ready() bool }
 
 // checkHTTPAddr checks --http-addr without binding it.
 func (a *app) checkHTTPAddr(addr string) error {
@@ -62,10 +58,10 @@ type httpServer struct {
 	done chan error
 }
 
-// serveHTTP serves /healthz, /readyz and /metrics on addr until shutdown,
-// and every other path with console when it is not nil. An empty addr
-// serves nothing.
-func (a *app) serveHTTP(addr string, relay readinessChecker, reg *prometheus.Registry, console http.Handler) (*httpServer, error) {
+// serveHTTP serves /healthz, /metrics and what obs mounts (/readyz, and
+// /debug/pprof/ with --pprof) on addr until shutdown, and every other path
+// with console when it is not nil. An empty addr serves nothing.
+func (a *app) serveHTTP(addr string, obs *observability, console http.Handler) (*httpServer, error) {
 	if addr == "" {
 		a.log.Info("http disabled (--http-addr is empty)")
 		return &httpServer{}, nil
@@ -75,16 +71,8 @@ func (a *app) serveHTTP(addr string, relay readinessChecker, reg *prometheus.Reg
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !relay.Ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready")
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	obs.mount(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(obs.reg, promhttp.HandlerOpts{Registry: obs.reg}))
 	if console != nil {
 		mux.Handle("/", console)
 	}

@@ -25,6 +25,12 @@ const natsStartTimeout = 10 * time.Second
 // use, and registered with [AtExit], so that [StopAll] (which testenv.Main
 // calls) stops the server if the caller has not.
 func StartNATS(storeDir string) (*server.Server, func(), error) {
+	return StartNATSOn(storeDir, server.RANDOM_PORT)
+}
+
+// StartNATSOn is [StartNATS] listening on port of 127.0.0.1 (a port a
+// stopped server used, to start it again at the same address).
+func StartNATSOn(storeDir string, port int) (*server.Server, func(), error) {
 	tempDir := ""
 	if storeDir == "" {
 		dir, err := NewServerDir("", "nats", nil)
@@ -43,7 +49,7 @@ func StartNATS(storeDir string) (*server.Server, func(), error) {
 	s, err := server.NewServer(&server.Options{
 		ServerName: "outbox",
 		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
+		Port:       port,
 		JetStream:  true,
 		StoreDir:   storeDir,
 		NoLog:      true,

@@ -14,6 +14,9 @@
 //	outbox.published        counter   {message}  attribute topic
 //	outbox.failed           counter   {message}  attribute topic; attempts to retry
 //	outbox.dead_lettered    counter   {message}  attribute topic
+//	outbox.held             counter   {message}  attribute topic; failed permanently, holding their key
+//	outbox.duplicates       counter   {message}  attribute topic; acknowledged as duplicates
+//	outbox.destination_blocks counter {block}    attribute topic; the destination was paused
 //	outbox.fetched          counter   {record}
 //	outbox.settled          counter   {record}
 //	outbox.fenced           counter   {partition}
@@ -21,8 +24,19 @@
 //	outbox.publish.duration histogram s          one record per published event
 //	outbox.fetch.duration   histogram s
 //	outbox.settle.duration  histogram s
+//	outbox.publish.lag      histogram s          age of each published batch's oldest message when acknowledged
 //	outbox.leases           gauge     {partition}
-//	outbox.lag              gauge     s          age of the oldest message of the last published batch
+//
+// [RegisterBacklog] adds observable gauges read from a backlog monitor
+// (package metrics/backlog), as of its last refresh, ages computed at
+// collection time:
+//
+//	outbox.outstanding          gauge {message}    attribute topic; a lower bound when outbox.backlog.exact is 0
+//	outbox.oldest_message.age   gauge s            attribute topic
+//	outbox.lag                  gauge s            age of the oldest outstanding message, 0 when none
+//	outbox.backlog.exact        gauge {bool}       1 when every outstanding message was counted
+//	outbox.dead_letters         gauge {message}
+//	outbox.leases_held          gauge {partition}  attribute node: leases each live relay holds
 //
 // The hook only records into the SDK's in-memory aggregations, so it never
 // waits on I/O; with the no-op provider it does nothing.
@@ -47,12 +61,16 @@ const MeterName = "github.com/outboxrelay/outbox"
 // to about 16 s, as in package outboxprom.
 var DurationBoundaries = []float64{0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384}
 
+// LagBoundaries are the bucket boundaries of outbox.publish.lag, in
+// seconds: 1 ms to an hour, as in package outboxprom.
+var LagBoundaries = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
 type instruments struct {
 	published, failed, dead               metric.Int64Counter
+	held, duplicates, blocks              metric.Int64Counter
 	fetched, settled, fenced, storeErrors metric.Int64Counter
-	publishDur, fetchDur, settleDur       metric.Float64Histogram
+	publishDur, fetchDur, settleDur, lag  metric.Float64Histogram
 	leases                                metric.Int64Gauge
-	lag                                   metric.Float64Gauge
 	topics                                sync.Map // topic → metric.MeasurementOption
 }
 
@@ -73,26 +91,28 @@ func NewHook(mp metric.MeterProvider) (outbox.Hook, error) {
 		errs = append(errs, err)
 		return c
 	}
-	histogram := func(name, desc string) metric.Float64Histogram {
+	histogram := func(name, desc string, bounds ...float64) metric.Float64Histogram {
 		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
-			metric.WithExplicitBucketBoundaries(DurationBoundaries...))
+			metric.WithExplicitBucketBoundaries(bounds...))
 		errs = append(errs, err)
 		return h
 	}
 	in.published = counter("outbox.published", "{message}", "Messages acknowledged by the broker.")
 	in.failed = counter("outbox.failed", "{message}", "Failed publish attempts that will be retried.")
 	in.dead = counter("outbox.dead_lettered", "{message}", "Messages moved to the dead letters.")
+	in.held = counter("outbox.held", "{message}", "Messages that failed permanently and hold their key (OnPermanent hold).")
+	in.duplicates = counter("outbox.duplicates", "{message}", "Messages the broker acknowledged as duplicates of messages it had stored.")
+	in.blocks = counter("outbox.destination_blocks", "{block}", "Times the destination was refused as a whole by the broker and paused.")
 	in.fetched = counter("outbox.fetched", "{record}", "Records read from the store.")
 	in.settled = counter("outbox.settled", "{record}", "Records settled in the store.")
 	in.fenced = counter("outbox.fenced", "{partition}", "Partitions lost to another relay while settling.")
 	in.storeErrors = counter("outbox.store_errors", "{error}", "Failed store calls; the relay retries them.")
-	in.publishDur = histogram("outbox.publish.duration", "Duration of Publish calls, one record per published event.")
-	in.fetchDur = histogram("outbox.fetch.duration", "Duration of store fetches.")
-	in.settleDur = histogram("outbox.settle.duration", "Duration of store settlements.")
+	in.publishDur = histogram("outbox.publish.duration", "Duration of Publish calls, one record per published event.", DurationBoundaries...)
+	in.fetchDur = histogram("outbox.fetch.duration", "Duration of store fetches.", DurationBoundaries...)
+	in.settleDur = histogram("outbox.settle.duration", "Duration of store settlements.", DurationBoundaries...)
+	in.lag = histogram("outbox.publish.lag", "Age of the oldest message of each published batch when the broker acknowledged it.", LagBoundaries...)
 	var err error
 	in.leases, err = m.Int64Gauge("outbox.leases", metric.WithUnit("{partition}"), metric.WithDescription("Partition leases held by this relay."))
-	errs = append(errs, err)
-	in.lag, err = m.Float64Gauge("outbox.lag", metric.WithUnit("s"), metric.WithDescription("Age of the oldest message of the last published batch."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("outboxotel: create instruments: %w", err)
@@ -134,5 +154,11 @@ func (in *instruments) hook(e outbox.Event) {
 		in.storeErrors.Add(ctx, 1)
 	case outbox.EventLag:
 		in.lag.Record(ctx, e.Duration.Seconds())
+	case outbox.EventHeld:
+		in.held.Add(ctx, int64(e.Count), in.topic(e.Topic))
+	case outbox.EventDuplicate:
+		in.duplicates.Add(ctx, int64(e.Count), in.topic(e.Topic))
+	case outbox.EventBlocked:
+		in.blocks.Add(ctx, 1, in.topic(e.Topic))
 	}
 }

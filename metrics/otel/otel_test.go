@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/metrics/backlog"
 	outboxotel "github.com/outboxrelay/outbox/metrics/otel"
 )
 
@@ -46,6 +47,9 @@ func TestHookRecordsPerTopic(t *testing.T) {
 	hook(outbox.Event{Kind: outbox.EventLeases, Count: 3})
 	hook(outbox.Event{Kind: outbox.EventLeases, Count: 7})
 	hook(outbox.Event{Kind: outbox.EventLag, Duration: 1500 * time.Millisecond})
+	hook(outbox.Event{Kind: outbox.EventHeld, Topic: "orders.paid", Count: 3})
+	hook(outbox.Event{Kind: outbox.EventDuplicate, Topic: "orders.paid", Count: 2})
+	hook(outbox.Event{Kind: outbox.EventBlocked, Topic: "orders.paid", Err: errors.New("no stream")})
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -85,6 +89,9 @@ func TestHookRecordsPerTopic(t *testing.T) {
 		{"outbox.settled", "", 3200},
 		{"outbox.fenced", "", 2},
 		{"outbox.store_errors", "", 1},
+		{"outbox.held", "orders.paid", 3},
+		{"outbox.duplicates", "orders.paid", 2},
+		{"outbox.destination_blocks", "orders.paid", 1},
 	} {
 		if v := sum(c.name, c.topic); v != c.want {
 			t.Errorf("%s{topic=%q} = %d, want %d", c.name, c.topic, v, c.want)
@@ -99,13 +106,69 @@ func TestHookRecordsPerTopic(t *testing.T) {
 	if g, ok := got["outbox.leases"].(metricdata.Gauge[int64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 7 {
 		t.Errorf("outbox.leases = %+v, want 7", got["outbox.leases"])
 	}
-	if g, ok := got["outbox.lag"].(metricdata.Gauge[float64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 1.5 {
-		t.Errorf("outbox.lag = %+v, want 1.5", got["outbox.lag"])
+	if h, ok := got["outbox.publish.lag"].(metricdata.Histogram[float64]); !ok || len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 || h.DataPoints[0].Sum != 1.5 {
+		t.Errorf("outbox.publish.lag = %+v, want one record of 1.5", got["outbox.publish.lag"])
 	}
 }
 
 func TestNewHookNeedsAProvider(t *testing.T) {
 	if _, err := outboxotel.NewHook(nil); err == nil {
 		t.Fatal("NewHook(nil) succeeded")
+	}
+}
+
+type fixedBacklog struct{ b *outbox.Backlog }
+
+func (f fixedBacklog) Backlog(context.Context, int) (*outbox.Backlog, error) { return f.b, nil }
+
+func TestRegisterBacklog(t *testing.T) {
+	old := time.Now().Add(-time.Hour)
+	mon, err := backlog.New(fixedBacklog{&outbox.Backlog{
+		Topics:      []outbox.TopicBacklog{{Topic: "orders", Outstanding: 4, OldestCreatedAt: old}},
+		Outstanding: 4, Exact: true, OldestCreatedAt: old, DeadLetters: 2, Leases: map[string]int{"r1": 3},
+	}}, backlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	reg, err := outboxotel.RegisterBacklog(mp, mon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	collect := func() map[string]metricdata.Aggregation {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]metricdata.Aggregation{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				got[m.Name] = m.Data
+			}
+		}
+		return got
+	}
+	if got := collect(); len(got) != 0 {
+		t.Errorf("before the first refresh: %v, want nothing", got)
+	}
+	if err := mon.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := collect()
+	ints := map[string]int64{"outbox.outstanding": 4, "outbox.backlog.exact": 1, "outbox.dead_letters": 2, "outbox.leases_held": 3}
+	for name, want := range ints {
+		g, ok := got[name].(metricdata.Gauge[int64])
+		if !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != want {
+			t.Errorf("%s = %+v, want %d", name, got[name], want)
+		}
+	}
+	for _, name := range []string{"outbox.lag", "outbox.oldest_message.age"} {
+		g, ok := got[name].(metricdata.Gauge[float64])
+		if !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value < 3600 || g.DataPoints[0].Value > 3700 {
+			t.Errorf("%s = %+v, want about 3600", name, got[name])
+		}
 	}
 }
