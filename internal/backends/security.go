@@ -231,7 +231,11 @@ func tlsRefusal(err error, t BrokerTLS) string {
 		}
 		return fmt.Sprintf("the broker refused the client certificate %s (%s)", t.CertFile, BrokerCertFileFlag)
 	case t.enabled() && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) ||
-		strings.Contains(msg, "closed by remote after TLS handshake")):
+		strings.Contains(msg, "closed by remote after TLS handshake") ||
+		// The same, seen through a client that keeps only the text (AMQP:
+		// the reset, or the connection found closed during its handshake).
+		strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "channel/connection is not open")):
 		// With TLS 1.3 the server checks the client certificate after the
 		// handshake: the client may see the alert, or only a connection
 		// closed or reset by the server.
