@@ -62,8 +62,39 @@ type Options struct {
 	Retention time.Duration
 	// Notify makes Write send a NOTIFY (delivered on commit) that wakes
 	// subscribed relays; default true. The relay polls as well, so turning
-	// it off only adds latency.
+	// it off only adds latency. Not used with CaptureWAL.
 	Notify *bool
+	// Capture is how messages travel from writers to the relay:
+	// CaptureTable (the default) or CaptureWAL. Writers and the relay must
+	// agree. See the package documentation, "Capture modes".
+	Capture Capture
+	// WAL configures CaptureWAL; ignored otherwise.
+	WAL WALOptions
+}
+
+// Capture is how messages travel from writers to the relay.
+type Capture string
+
+const (
+	// CaptureTable: Write inserts rows into <prefix>_messages; the relay
+	// reads them per partition and deletes them once published.
+	CaptureTable Capture = "table"
+	// CaptureWAL: Write emits each message into the WAL
+	// (pg_logical_emit_message) in the application's transaction; nothing
+	// is inserted. The relay reads a logical replication slot and gets the
+	// messages in commit order. See [WALStore].
+	CaptureWAL Capture = "wal"
+)
+
+// ParseCapture parses "table" or "wal" (empty means table).
+func ParseCapture(s string) (Capture, error) {
+	switch Capture(s) {
+	case "", CaptureTable:
+		return CaptureTable, nil
+	case CaptureWAL:
+		return CaptureWAL, nil
+	}
+	return "", fmt.Errorf("capture must be %q or %q, got %q", CaptureTable, CaptureWAL, s)
 }
 
 // WithDefaults returns a copy of o with every zero field set to its default.
@@ -76,6 +107,8 @@ func (o Options) WithDefaults() Options {
 		t := true
 		o.Notify = &t
 	}
+	o.Capture = cmp.Or(o.Capture, CaptureTable)
+	o.WAL = o.WAL.withDefaults(o.Schema, o.TablePrefix)
 	return o
 }
 
@@ -95,6 +128,15 @@ func (o Options) validate() error {
 	}
 	if o.Retention < 0 {
 		return fmt.Errorf("postgres: Options.Retention must not be negative (0 deletes on acknowledgement), got %v", o.Retention)
+	}
+	if _, err := ParseCapture(string(o.Capture)); err != nil {
+		return fmt.Errorf("postgres: Options.Capture: %w", err)
+	}
+	if o.Capture == CaptureWAL {
+		if o.Retention > 0 {
+			return fmt.Errorf("postgres: Options.Retention keeps published rows of the outbox table; with Capture %q nothing is stored: set Retention to 0", CaptureWAL)
+		}
+		return o.WAL.validate()
 	}
 	return nil
 }

@@ -26,17 +26,25 @@ type Writer struct {
 	opts Options
 	n    names
 	sql  string // the INSERT (with pg_notify when Options.Notify)
+	// wal is the prefix of the logical messages emitted with CaptureWAL,
+	// empty with CaptureTable.
+	wal string
 }
 
 // NewWriter returns a Writer for the tables named by opts (Schema,
 // TablePrefix), with opts.MaxPayload as the payload limit and opts.Notify
-// deciding whether writes wake subscribed relays.
+// deciding whether writes wake subscribed relays. With opts.Capture
+// CaptureWAL it emits the messages into the WAL instead (see
+// [Writer.Write]).
 func NewWriter(opts Options) (*Writer, error) {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	n := newNames(opts)
+	if opts.Capture == CaptureWAL {
+		return &Writer{opts: opts, n: n, sql: walWriteSQL, wal: walPrefix(opts)}, nil
+	}
 	return &Writer{opts: opts, n: n, sql: writeSQL(n, *opts.Notify)}, nil
 }
 
@@ -62,7 +70,10 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 
 // Write inserts msgs in tx with one statement (one round trip, whatever the
 // number of messages) and, unless Options.Notify is false, queues a NOTIFY
-// that PostgreSQL delivers when tx commits.
+// that PostgreSQL delivers when tx commits. With CaptureWAL it emits them
+// instead, in the same single statement, as transactional logical
+// decoding messages (pg_logical_emit_message), which a [WALStore] reads
+// in commit order; no row is written.
 //
 // Each message is prepared on a copy (msgs are not modified or retained):
 // an empty ID gets a new UUIDv7 and a zero CreatedAt the current time. If
@@ -73,6 +84,9 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
+	}
+	if w.wal != "" {
+		return w.writeWAL(ctx, tx, msgs)
 	}
 	args, err := w.args(msgs)
 	if err != nil {
@@ -100,6 +114,9 @@ func (w *Writer) dest(n *int64) []any {
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
+	}
+	if w.wal != "" {
+		return w.writeWALSQL(ctx, tx, msgs)
 	}
 	args, err := w.args(msgs)
 	if err != nil {
@@ -140,11 +157,8 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 	)
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
-		if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
-			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
-		}
-		if err := storable(&m); err != nil {
-			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
+		if err := w.prepare(&m, i, len(msgs), now); err != nil {
+			return nil, err
 		}
 		id, err := parseUUID(m.ID)
 		if err != nil {
@@ -173,6 +187,18 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 		args = append(args, w.n.channel)
 	}
 	return args, nil
+}
+
+// prepare fills in m's ID and CreatedAt and checks it (message i of n),
+// for either capture.
+func (w *Writer) prepare(m *outbox.Message, i, n int, now time.Time) error {
+	if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
+		return fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, n, m.Topic, err)
+	}
+	if err := storable(m); err != nil {
+		return fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, n, m.Topic, err)
+	}
+	return nil
 }
 
 // keyHash is the 32-bit hash behind outbox.PartitionOf: the first 4 bytes of
