@@ -91,12 +91,18 @@ func decodeWALMessage(src []byte) (outbox.Message, error) {
 	nh := d.uvarint("header count", outbox.MaxHeaders)
 	if nh > 0 && d.err == nil {
 		m.Headers = make(map[string]string, nh)
-		for range nh {
+		prev := ""
+		for i := range nh {
 			k := string(d.next("header name", outbox.MaxHeaderNameLen))
 			v := string(d.next("header value", outbox.MaxHeaderValueLen))
 			if d.err != nil {
 				break
 			}
+			if i > 0 && k <= prev {
+				d.err = &walDecodeError{fmt.Sprintf("header %q out of order or repeated", k)}
+				break
+			}
+			prev = k
 			m.Headers[k] = v
 		}
 	}

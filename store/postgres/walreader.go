@@ -97,6 +97,9 @@ func (s *WALStore) runReader(ctx context.Context, run *walRun) {
 	for ctx.Err() == nil {
 		err := s.stream(ctx)
 		if ctx.Err() != nil {
+			if err != nil {
+				s.logger().Warn("stopping the reader", "slot", s.w.Slot, "err", err)
+			}
 			return
 		}
 		s.mu.Lock()
@@ -264,14 +267,23 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 			return fmt.Errorf("postgres: send the confirmed position: %w", err)
 		}
 		sent = pos
+		s.statusSent.Add(1)
 		nextStatus = time.Now().Add(s.w.StatusInterval)
 		return nil
 	}
 	for {
 		if ctx.Err() != nil {
-			// Graceful stop: confirm what is settled, then close.
+			// Graceful stop: confirm what is settled, then end the
+			// stream, reading what the server still sends until it
+			// agrees, so that the confirmation cannot be lost to a
+			// reset connection (closing a socket with unread data
+			// resets it, and the server drops what it has not read).
 			if err := status(false); err != nil {
 				return err
+			}
+			_ = conn.Conn().SetDeadline(time.Now().Add(s.w.Timeout))
+			if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
+				return fmt.Errorf("postgres: end the replication stream after confirming %s: %w", sent, err)
 			}
 			s.logger().Info("released the replication slot", "slot", s.w.Slot, "confirmed", sent)
 			return nil

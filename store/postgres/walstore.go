@@ -102,6 +102,7 @@ type WALStore struct {
 	recvCond *sync.Cond    // broadcast when recv advances or the reader stops
 
 	keepalives atomic.Int64
+	statusSent atomic.Int64
 	settleMu   sync.Mutex // one Settle at a time: dead letters go in before their entries leave
 	closed     atomic.Bool
 }
@@ -829,13 +830,15 @@ type WALStats struct {
 	Duplicates int64
 	// Acquisitions counts how many times this process took the slot.
 	Acquisitions int64
+	// StatusSent counts the confirmed positions sent to the server.
+	StatusSent int64
 }
 
 // Stats returns the store's running figures.
 func (s *WALStore) Stats() WALStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := WALStats{Active: s.active, Received: s.recv.String(), Keepalives: s.keepalives.Load(), Acquisitions: s.epochs}
+	st := WALStats{Active: s.active, Received: s.recv.String(), Keepalives: s.keepalives.Load(), Acquisitions: s.epochs, StatusSent: s.statusSent.Load()}
 	if s.buf != nil {
 		st.Buffered, st.BufferedBytes = s.buf.n, s.buf.bytes
 		st.Confirmed = s.buf.confirmed.String()
