@@ -156,6 +156,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Hook receives events for metrics and tracing. It must not block.
 	Hook Hook
+	// Tracer, if set, traces every Publish call (see [PublishTracer]);
+	// default none.
+	Tracer PublishTracer
 	// Now is the clock; default time.Now. Tests inject their own.
 	Now func() time.Time
 }

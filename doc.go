@@ -58,20 +58,56 @@
 // A failed message is retried with exponential backoff and jitter
 // ([Backoff], Config.BackoffMin/Max) and after Config.MaxAttempts, or at
 // once for a [PermanentError], moves to the dead letters with its last
-// error and attempt count. It holds back only later messages of its own key;
-// once its dead-lettering is written they go on.
+// error and attempt count. It holds back only later messages of its own key,
+// however many are waiting: while it fails, its key keeps only that message
+// in memory, the rest of the key stays in the store, and the partition goes
+// on being read for its other keys; when the message is delivered or its
+// dead-lettering is written, the relay reads the key's waiting messages
+// again, in order. A stored row the relay cannot decode (headers that are
+// not a map of strings, written by another producer or by hand) is
+// dead-lettered alone, without being published, with an error that says
+// what is wrong with it ([Record.DecodeError]).
+//
+// # Failures have kinds
+//
+// Publishers classify each failure ([PermanentError], [BlockedError],
+// anything else retryable). A blocked destination (no stream or topic, not
+// authorised, unroutable, full, broker unreachable, an outcome the
+// publisher cannot know) is not the message's fault: the relay spends no
+// attempt and dead-letters nothing; it pauses that destination, probes it
+// with one message at a time relay-wide, with backoff from 100 ms to 5 s,
+// keeps publishing other destinations, and reports it ([Relay.Blocked],
+// [EventBlocked], a WARN line every 30 s). Messages of a key wait behind
+// its paused message whatever their own destination. A duplicate
+// acknowledgement ([ErrDuplicate]) counts as delivered and is reported.
+// With Config.OnPermanent = [PermanentHoldKey], a permanent failure holds
+// its key instead of being dead-lettered. A relay whose publisher
+// ([HealthChecker]) cannot reach the broker for Config.LeaseTTL stops
+// heartbeating and hands every partition back, so relays that can publish
+// take them over; it takes its share again once the broker answers.
 //
 // # Bounded everything
 //
-// Batch size, records held in memory per partition (FetchSize), Publish
-// calls in flight per worker (InFlight), publish time (PublishTimeout), lease
-// time (LeaseTTL) and shutdown time (ShutdownTimeout) are bounded and
-// configurable, with the defaults in the *Default constants.
+// Batch size, records held in memory per partition (FetchSize, plus one
+// per failing or paused key, and at most 2 × FetchSize), Publish calls in
+// flight per worker (InFlight), settlements not yet written per worker
+// (2 × BatchSize × InFlight: while the store refuses settles, the worker
+// stops starting publishes, so a crash then can publish again at most that
+// many), publish time (PublishTimeout, counted from when the batch was
+// built and never past the lease), lease time (LeaseTTL), every fetch
+// (its limit holds for late commits too) and shutdown time
+// (ShutdownTimeout) are bounded and configurable, with the defaults in the
+// *Default constants. Late commits that a store without marks (DynamoDB)
+// leaves below a cursor are found by a sweep that runs every
+// Config.SweepInterval (1 s by default) beside the publishing, whatever the
+// load: within SweepInterval plus two store round trips.
 //
 // # Lifecycle
 //
 // [Relay.Start] starts the workers and returns; [Relay.Stop] stops taking
 // new work, waits for the batches in hand to be acknowledged and settled,
-// releases the leases and returns. Metrics and tracing go through a
+// releases the leases and returns; if Config.ShutdownTimeout passed first
+// it abandons the rest (it stays in the outbox) and returns an error
+// wrapping [ErrShutdownTimeout]. Metrics and tracing go through a
 // non-blocking [Hook]; logs through an injected *slog.Logger.
 package outbox

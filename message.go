@@ -4,10 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -25,6 +27,10 @@ const (
 	// MaxHeaderNameLen and MaxHeaderValueLen bound each header.
 	MaxHeaderNameLen  = 128
 	MaxHeaderValueLen = 4096
+	// MaxHeaderBytes bounds a message's headers as published
+	// ([Message.HeaderBytes]): JetStream refuses a header block over 65535
+	// bytes, a fixed limit of the server that no setting raises.
+	MaxHeaderBytes = 65535
 )
 
 // Message is one message to publish. Applications build it and hand it to a
@@ -41,13 +47,18 @@ type Message struct {
 	// Kafka topic. Tokens of [A-Za-z0-9_-] separated by single dots.
 	Topic string
 	// Key orders messages: messages with the same non-empty key are first
-	// published in commit order. Empty: no order.
+	// published in commit order. Empty: no order. Valid UTF-8 without
+	// control characters and without leading or trailing spaces (see
+	// [Message.Validate]), so that it reaches every broker byte for byte.
 	Key string
-	// Payload is the message body, at most the store's payload limit
-	// (default [MaxPayloadDefault]).
+	// Payload is the message body. Payload and headers together (as
+	// [Message.HeaderBytes] counts them) must fit in the store's payload
+	// limit (default [MaxPayloadDefault]), as they must fit in NATS's
+	// max_payload.
 	Payload []byte
-	// Headers travel with the message. Names must not start with
-	// "Outbox-" or "Nats-" (reserved).
+	// Headers travel with the message. Names are printable ASCII without
+	// spaces or ':' and must not start with "Outbox-" or "Nats-"
+	// (reserved); values follow the rules of Key.
 	Headers map[string]string
 	// CreatedAt is when the message was written. Zero: Write sets it.
 	CreatedAt time.Time
@@ -64,8 +75,17 @@ func (e *ValidationError) Error() string {
 }
 
 // Validate checks the message against the limits, with maxPayload bytes as
-// the payload limit (0 means [MaxPayloadDefault]). Errors are
-// *[ValidationError] naming the field and what to change.
+// the limit of payload and headers together (0 means [MaxPayloadDefault]).
+// Errors are *[ValidationError] naming the field and what to change.
+//
+// The key and the header values must be valid UTF-8 without control
+// characters (U+0000 to U+001F, U+007F to U+009F) and without leading or
+// trailing spaces: NATS would trim the spaces and replace CR and LF, and
+// other brokers' consumers often choke on control characters, so such a
+// message is refused here rather than altered later. The headers, with the
+// ones the publishers add ([Message.HeaderBytes]), must fit in
+// [MaxHeaderBytes], and the payload plus the headers in maxPayload: NATS
+// counts headers against its max_payload.
 func (m *Message) Validate(maxPayload int) error {
 	if maxPayload <= 0 {
 		maxPayload = MaxPayloadDefault
@@ -81,8 +101,8 @@ func (m *Message) Validate(maxPayload int) error {
 	if len(m.Key) > MaxKeyLen {
 		return &ValidationError{"Key", fmt.Sprintf("is %d bytes; the limit is %d", len(m.Key), MaxKeyLen)}
 	}
-	if !utf8.ValidString(m.Key) {
-		return &ValidationError{"Key", "is not valid UTF-8"}
+	if err := validateText(m.Key); err != nil {
+		return &ValidationError{"Key", fmt.Sprintf("%q %v", m.Key, err)}
 	}
 	if len(m.Payload) > maxPayload {
 		return &ValidationError{"Payload", fmt.Sprintf("is %d bytes; the limit is %d: shrink the payload or raise the store's MaxPayload", len(m.Payload), maxPayload)}
@@ -107,11 +127,73 @@ func (m *Message) Validate(maxPayload int) error {
 		if len(v) > MaxHeaderValueLen {
 			return &ValidationError{"Headers", fmt.Sprintf("value of %q is %d bytes; the limit is %d", k, len(v), MaxHeaderValueLen)}
 		}
-		if strings.ContainsAny(v, "\r\n") {
-			return &ValidationError{"Headers", fmt.Sprintf("value of %q must not contain CR or LF", k)}
+		if err := validateText(v); err != nil {
+			return &ValidationError{"Headers", fmt.Sprintf("value of %q: %q %v", k, v, err)}
 		}
 	}
+	hb := m.HeaderBytes()
+	if hb > MaxHeaderBytes {
+		return &ValidationError{"Headers", fmt.Sprintf("take %d bytes as published (with the key and the Outbox- and Nats-Msg-Id headers the publishers add); JetStream accepts at most %d bytes of headers, a fixed limit of the server: send fewer or shorter headers",
+			hb, MaxHeaderBytes)}
+	}
+	if total := len(m.Payload) + hb; total > maxPayload {
+		return &ValidationError{"Payload", fmt.Sprintf("is %d bytes and the headers take %d bytes as published (with the key and the Outbox- and Nats-Msg-Id headers the publishers add): %d bytes together, over the limit of %d, which counts headers too as NATS's max_payload does: shrink the payload by %d bytes, or raise the store's MaxPayload (and the broker's limit)",
+			len(m.Payload), hb, total, maxPayload, total-maxPayload)}
+	}
 	return nil
+}
+
+// validateText checks a key or header value: valid UTF-8, no control
+// characters, no leading or trailing space. Its error completes a sentence
+// that starts with the quoted value.
+func validateText(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("has the control character %U at byte %d: remove it (encode binary data, such as with base64)", r, i)
+		}
+	}
+	if strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") {
+		return errors.New("has a leading or trailing space, which NATS would trim: remove it")
+	}
+	return nil
+}
+
+// Sizes of the NATS header block, as nats.go encodes it: a version line,
+// one "Name: value\r\n" line per header, and an empty line.
+const (
+	headerBlockOverhead = len("NATS/1.0\r\n") + len("\r\n")
+	headerLineOverhead  = len(": \r\n")
+	// maxCreatedAtLen is the length of a UTC time of years 0 to 9999 in
+	// RFC 3339 with nanoseconds.
+	maxCreatedAtLen = len("2006-01-02T15:04:05.999999999Z")
+)
+
+// HeaderBytes returns the size of m's headers as published: the NATS
+// header block of m.Headers plus the headers the publishers add
+// (Nats-Msg-Id, Outbox-Id, Outbox-Key when Key is set, Outbox-Created-At).
+// It is what JetStream's header limit ([MaxHeaderBytes]) and NATS's
+// max_payload count; the other brokers' encodings are about as large. An
+// empty ID or zero CreatedAt count as the ones Write fills in.
+func (m *Message) HeaderBytes() int {
+	n := headerBlockOverhead
+	for k, v := range m.Headers {
+		n += len(k) + headerLineOverhead + len(v)
+	}
+	const idLen = 36
+	n += len("Nats-Msg-Id") + headerLineOverhead + idLen
+	n += len(HeaderID) + headerLineOverhead + idLen
+	if m.Key != "" {
+		n += len(HeaderKey) + headerLineOverhead + len(m.Key)
+	}
+	created := maxCreatedAtLen
+	if !m.CreatedAt.IsZero() {
+		created = len(m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	n += len(HeaderCreatedAt) + headerLineOverhead + created
+	return n
 }
 
 // ValidateTopic reports whether topic is usable on every broker: 1 to

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,22 +90,119 @@ func TestValidateNamesTheField(t *testing.T) {
 		{outbox.Message{Topic: strings.Repeat("a", 256)}, "Topic", "limit is 255"},
 		{outbox.Message{Topic: "t", Key: strings.Repeat("k", 1025)}, "Key", "limit is 1024"},
 		{outbox.Message{Topic: "t", Key: "\xff"}, "Key", "UTF-8"},
-		{outbox.Message{Topic: "t", Payload: make([]byte, 11)}, "Payload", "limit is 10"},
+		{outbox.Message{Topic: "t", Payload: make([]byte, 1001)}, "Payload", "limit is 1000"},
 		{outbox.Message{Topic: "t", Headers: map[string]string{"Nats-Msg-Id": "x"}}, "Headers", "reserved"},
 		{outbox.Message{Topic: "t", Headers: map[string]string{"a b": "x"}}, "Headers", "printable ASCII"},
-		{outbox.Message{Topic: "t", Headers: map[string]string{"x": "a\r\nb"}}, "Headers", "CR or LF"},
+		{outbox.Message{Topic: "t", Headers: map[string]string{"x": "a\r\nb"}}, "Headers", "control character U+000D"},
 		{outbox.Message{Topic: "t", ID: "not-a-uuid"}, "ID", "not a UUID"},
 	}
 	for _, c := range cases {
-		err := c.m.Validate(10)
+		err := c.m.Validate(1000)
 		var ve *outbox.ValidationError
 		if !errors.As(err, &ve) || ve.Field != c.field || !strings.Contains(err.Error(), c.hint) {
 			t.Errorf("Validate(%+v) = %v, want a %s error mentioning %q", c.m, err, c.field, c.hint)
 		}
 	}
 	ok := outbox.Message{Topic: "orders.created-v1_x", Key: "k", Payload: make([]byte, 10), Headers: map[string]string{"Content-Type": "application/json"}}
-	if err := ok.Validate(10); err != nil {
+	if err := ok.Validate(1000); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestValidateKeyAndHeaderText: keys and header values that a broker would
+// alter (NATS trims spaces and tabs and replaces CR and LF) or that hold
+// control characters or invalid UTF-8 are refused, naming the field; the
+// forms every broker carries byte for byte are accepted.
+func TestValidateKeyAndHeaderText(t *testing.T) {
+	refused := []struct {
+		text, hint string
+	}{
+		{"a\nb", "control character U+000A"},
+		{"a\rb", "control character U+000D"},
+		{"a\tb", "control character U+0009"},
+		{"\tlead", "control character U+0009"},
+		{"a\x00b", "control character U+0000"},
+		{"a\x01b", "control character U+0001"},
+		{"a\x7fb", "control character U+007F"},
+		{"a\u0085b", "control character U+0085"},
+		{" lead", "leading or trailing space"},
+		{"trail ", "leading or trailing space"},
+		{" ", "leading or trailing space"},
+		{"\xff\xfe", "not valid UTF-8"},
+	}
+	for _, c := range refused {
+		for _, m := range []outbox.Message{
+			{Topic: "t", Key: c.text},
+			{Topic: "t", Headers: map[string]string{"X-Value": c.text}},
+		} {
+			field := "Key"
+			if m.Key == "" {
+				field = "Headers"
+			}
+			err := m.Validate(0)
+			var ve *outbox.ValidationError
+			if !errors.As(err, &ve) || ve.Field != field || !strings.Contains(err.Error(), c.hint) {
+				t.Errorf("%s %q: Validate = %v; want a %s error mentioning %q", field, c.text, err, field, c.hint)
+			}
+		}
+	}
+	for _, text := range []string{
+		"", "a", "with inner  spaces", "ключ ✓", "quote\"and'apostrophe", "a:b;c=d,e", "\u00a0nbsp\u00a0",
+		"emoji 🙂", "back\\slash", strings.Repeat("k", outbox.MaxKeyLen),
+	} {
+		m := outbox.Message{Topic: "t", Key: text, Headers: map[string]string{"X-Value": text}}
+		if len(text) > outbox.MaxHeaderValueLen {
+			m.Headers = nil
+		}
+		if err := m.Validate(0); err != nil {
+			t.Errorf("%q: %v; want it accepted", text, err)
+		}
+	}
+}
+
+// TestValidateCountsHeaders: payload and headers as published must fit the
+// payload limit together, and the headers alone JetStream's fixed limit;
+// the errors say the real limit.
+func TestValidateCountsHeaders(t *testing.T) {
+	m := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "order-1", CreatedAt: time.Now(), Headers: map[string]string{"Content-Type": "application/json"}}
+	hb := m.HeaderBytes()
+	// "NATS/1.0\r\n", five "Name: value\r\n" lines and "\r\n".
+	want := 10 + len("Content-Type: application/json\r\n") + len("Nats-Msg-Id: \r\n") + 36 + len("Outbox-Id: \r\n") + 36 +
+		len("Outbox-Key: order-1\r\n") + len("Outbox-Created-At: \r\n") + len(m.CreatedAt.UTC().Format(time.RFC3339Nano)) + 2
+	if hb != want {
+		t.Fatalf("HeaderBytes = %d; want %d", hb, want)
+	}
+	m.Payload = make([]byte, outbox.MaxPayloadDefault-hb)
+	if err := m.Validate(0); err != nil {
+		t.Fatalf("payload + headers = the limit exactly: %v", err)
+	}
+	// The issue's case: a payload of exactly 1 MiB passes no more.
+	m.Payload = make([]byte, outbox.MaxPayloadDefault)
+	err := m.Validate(0)
+	var ve *outbox.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "Payload" {
+		t.Fatalf("payload of MaxPayloadDefault plus headers: %v; want a Payload error", err)
+	}
+	for _, hint := range []string{"1048576", fmt.Sprint(hb), "counts headers too", fmt.Sprintf("shrink the payload by %d bytes", hb)} {
+		if !strings.Contains(err.Error(), hint) {
+			t.Errorf("error %q does not say %q", err, hint)
+		}
+	}
+	// 64 headers of 4 KiB: under the per-header limits, over JetStream's
+	// fixed 64 KiB header block.
+	big := outbox.Message{Topic: "t", Headers: map[string]string{}}
+	for i := range outbox.MaxHeaders {
+		big.Headers[fmt.Sprintf("X-H%02d", i)] = strings.Repeat("v", outbox.MaxHeaderValueLen)
+	}
+	err = big.Validate(8 << 20)
+	if !errors.As(err, &ve) || ve.Field != "Headers" || !strings.Contains(err.Error(), "at most 65535 bytes") || !strings.Contains(err.Error(), "fixed limit") {
+		t.Fatalf("64 headers of 4 KiB: %v; want a Headers error saying JetStream's fixed 65535-byte limit", err)
+	}
+	// Headers just under the block limit pass.
+	fit := outbox.Message{Topic: "t", Headers: map[string]string{"X-Big": ""}}
+	fit.Headers["X-Big"] = strings.Repeat("v", min(outbox.MaxHeaderValueLen, outbox.MaxHeaderBytes-fit.HeaderBytes()))
+	if err := fit.Validate(0); err != nil {
+		t.Fatalf("headers within the limit: %v", err)
 	}
 }
 

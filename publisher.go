@@ -7,8 +7,13 @@ import "context"
 // Publish sends every message of msgs and returns only after the broker has
 // acknowledged or refused each one, or ctx ends. It returns a slice with
 // one error per message: nil means the broker acknowledged (persisted) that
-// message. A publisher never retries by itself; it classifies errors,
-// wrapping those that retrying cannot fix with [Permanent]. It carries
+// message; an error wrapping [ErrDuplicate] means the broker acknowledged it
+// as a duplicate of one it had stored. A publisher never retries by itself;
+// it classifies errors: [Permanent] when the message itself can never be
+// published, [Blocked] (with the message's Topic as destination) when the
+// destination or the broker is unusable or the outcome is unknown, plain
+// (retryable) otherwise. The brokertest package checks a publisher's
+// classification against its broker. It carries
 // Message.ID to the broker (NATS Nats-Msg-Id, AMQP message-id, a Kafka
 // header) and the key (Kafka record key, a header elsewhere).
 //

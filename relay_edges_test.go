@@ -440,7 +440,7 @@ func TestRelayDuplicateAckIsDelivered(t *testing.T) {
 }
 
 // cutPublisher cannot reach its broker while down is set: every publish is
-// refused as blocked and Healthy fails.
+// refused as blocked and Health fails.
 type cutPublisher struct {
 	broker
 	down atomic.Bool
@@ -457,7 +457,7 @@ func (p *cutPublisher) Publish(ctx context.Context, msgs []*outbox.Message) []er
 	return p.broker.Publish(ctx, msgs)
 }
 
-func (p *cutPublisher) Healthy(context.Context) error {
+func (p *cutPublisher) Health(context.Context) error {
 	if p.down.Load() {
 		return errors.New("nats: not connected")
 	}
@@ -492,4 +492,24 @@ func TestRelayCutOffFromBrokerHandsLeasesBack(t *testing.T) {
 	}
 	pa.down.Store(false)
 	waitFor(t, "a takes its share again", 20*time.Second, func() bool { return a.Stats().Leases > 0 && b.Stats().Leases < 8 })
+}
+
+// A relay that joins takes its fair share as soon as the relay holding
+// every partition hands the surplus back, not at its own next heartbeat:
+// here its heartbeat is an hour away. (Handed-back partitions used to sit
+// unowned until the joining relay's next round, about 5 s by default.)
+func TestRelayJoiningTakesHandedBackPartitionsAtOnce(t *testing.T) {
+	st := memstore.New(16, nil)
+	cfgA := fastConfig()
+	cfgA.Node = "a"
+	cfgA.LeaseTTL, cfgA.HeartbeatInterval, cfgA.PublishTimeout = 600*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond
+	a := startRelay(t, st, &broker{}, cfgA)
+	waitFor(t, "a holds every partition", 10*time.Second, func() bool { return a.Stats().Leases == 16 })
+	cfgB := fastConfig()
+	cfgB.Node = "b"
+	cfgB.LeaseTTL, cfgB.HeartbeatInterval = 3*time.Hour, time.Hour
+	b := startRelay(t, st, &broker{}, cfgB)
+	waitFor(t, "b takes its share between its heartbeats", 20*time.Second, func() bool {
+		return b.Stats().Leases == 8 && a.Stats().Leases == 8
+	})
 }

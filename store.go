@@ -399,6 +399,17 @@ const (
 	FindLimitMax     = 1000
 )
 
+// FindPublishedWindow is how many of the most recently published messages
+// (kept by retention) the SQL stores search by key: published messages
+// have no index by key, and the write path should not pay for one.
+const FindPublishedWindow = 10000
+
+// PublishedWindowReason is the FindResult.Unsearched reason of a store that
+// searched published messages by key only among the window most recent.
+func PublishedWindowReason(window int) string {
+	return fmt.Sprintf("published messages kept by retention were searched by key only among the %d most recently published; search by ID to find an older one", window)
+}
+
 // Check checks q for [AdminStore.FindMessages] implementations and returns
 // its limit. The error names the field to change.
 func (q FindQuery) Check() (limit int, err error) {

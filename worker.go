@@ -267,13 +267,10 @@ func (w *worker) settler(killCtx context.Context) {
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 			start := time.Now()
-			err := r.store.Settle(ctx, r.cfg.Node, batch)
+			out := r.calls.settle.do(ctx, batch)
 			cancel()
-			var fe *FencedError
-			if err == nil || errors.As(err, &fe) {
-				if fe != nil {
-					fenced = fe.Leases
-				}
+			if err := out.err; err == nil {
+				fenced = out.fenced
 				n := 0
 				for _, s := range batch {
 					n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
@@ -284,9 +281,9 @@ func (w *worker) settler(killCtx context.Context) {
 			if killCtx.Err() != nil {
 				break
 			}
-			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.emit(Event{Kind: EventStoreError, Err: out.err})
 			d := Backoff(attempt, r.cfg.PollInterval/4+time.Millisecond, r.cfg.HeartbeatInterval)
-			r.log.Warn("settle failed; retrying", "err", err, "attempt", attempt, "retry_in", d)
+			r.log.Warn("settle failed; retrying", "err", out.err, "attempt", attempt, "retry_in", d)
 			if !sleepCtx(killCtx, d) {
 				break
 			}
@@ -311,9 +308,7 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
 	}
-	_, marked := w.r.store.(MarkedFetcher)
-	_, ordered := w.r.store.(CommitOrdered)
-	if len(w.parts) > 0 && !marked && !ordered && !w.sweeping {
+	if len(w.parts) > 0 && w.r.caps.marked == nil && !w.r.caps.commitOrdered && !w.sweeping {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	// A retry coming due matters only if build can take it then: not with
@@ -371,7 +366,6 @@ func (w *worker) syncLeases() {
 				settling:   map[string]int{},
 				deadHeld:   map[string]*Record{},
 				trunc:      map[string]int64{},
-				// q.hold is set below.
 				recov:      map[string]bool{},
 				shed:       h.shed,
 			}
@@ -473,7 +467,10 @@ func (w *worker) refill(ctx context.Context) {
 		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
 	}
 	if poll {
-		w.lastPoll = now // polled, even if every partition was full or shed
+		// Polled, even if every partition was full or shed. Polls fall on
+		// multiples of PollInterval, the same for every worker, so that an
+		// idle relay's polls are coalesced into one fetch.
+		w.lastPoll = now.Truncate(cfg.PollInterval)
 	}
 	if len(cursors) == 0 {
 		return
@@ -486,11 +483,8 @@ func (w *worker) refill(ctx context.Context) {
 		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
 		defer cancel()
 		res := fetchResult{cursors: cursors, limit: limit, start: now}
-		if mf, ok := w.r.store.(MarkedFetcher); ok {
-			res.recs, res.mark, res.err = mf.FetchMarked(fctx, cursors, limit)
-		} else {
-			res.recs, res.err = w.r.store.Fetch(fctx, cursors, limit)
-		}
+		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit})
+		res.recs, res.mark, res.err = out.recs, out.mark, out.err
 		w.fetchedCh <- res
 	}()
 }
@@ -569,15 +563,11 @@ func (w *worker) shouldSweep(now time.Time) bool {
 	if len(w.parts) == 0 {
 		return false
 	}
-	since := now.Sub(w.lastSweep)
-	if _, ordered := w.r.store.(CommitOrdered); ordered {
-		return false // nothing can commit below a cursor
-	}
-	if _, marked := w.r.store.(MarkedFetcher); marked {
-		// Marks already return late commits; the sweep is a safety net.
-		return since >= max(w.r.cfg.SweepInterval, markedSweepInterval)
-	}
-	return since >= w.r.cfg.SweepInterval
+	// Without marks, every SweepInterval; with marks (which already return
+	// late commits) it is a safety net; never when nothing can commit
+	// below a cursor.
+	every, ok := w.r.caps.sweepEvery(w.r.cfg)
+	return ok && now.Sub(w.lastSweep) >= every
 }
 
 // sweep finds unpublished records below the cursors that the worker has

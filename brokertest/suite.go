@@ -15,8 +15,15 @@ import (
 )
 
 // Harness connects the conformance suite to one broker and its publisher.
-// Topic, MissingTopic, Read and Restart are called from the test's goroutine
-// only; they report problems with t.Fatal.
+// Topic, MissingTopic, Read, Restart and Stop are called from the test's
+// goroutine only; they report problems with t.Fatal.
+//
+// The suite checks that the publisher classifies its failures as the relay
+// needs (see outbox.Permanent and outbox.Blocked): a message that can never
+// be published (too large) is permanent; a destination that is not usable
+// (no stream, topic or binding for it, the broker stopped) blocks the
+// message's topic; a message the broker reports as a duplicate wraps
+// outbox.ErrDuplicate.
 type Harness struct {
 	// Publisher is the publisher under test. The harness owns it: the
 	// function that built the harness closes it with t.Cleanup. The suite may
@@ -30,9 +37,11 @@ type Harness struct {
 	// Each call returns a topic no other test uses.
 	Topic func(t *testing.T) string
 
-	// MissingTopic returns a topic with no destination: publishing to it must
-	// fail with an error for which outbox.IsPermanent is true and which names
-	// the topic. It returns "" (or is nil) if the broker cannot detect that.
+	// MissingTopic returns a topic with no destination (no stream covers
+	// it, no such topic, no queue bound for it): publishing to it must fail
+	// with an error for which outbox.IsBlocked reports that topic, which is
+	// not permanent, and which names the topic. It returns "" (or is nil) if
+	// the broker cannot detect that.
 	MissingTopic func(t *testing.T) string
 
 	// Read returns the next n messages delivered on topic, in the order the
@@ -48,6 +57,13 @@ type Harness struct {
 	// connections. The suite calls it while a batch is being published.
 	Restart func(t *testing.T)
 
+	// Stop, if not nil, stops the broker and returns a function that starts
+	// it again at the same address, with its stored data, and returns once it
+	// accepts connections. While it is stopped, every publish must fail with
+	// an error blocking the message's topic (the relay spends no attempt on
+	// it); afterwards the publisher must recover by itself.
+	Stop func(t *testing.T) (start func(t *testing.T))
+
 	// MaxPayload is the largest payload the broker accepts, in bytes (0 if
 	// unknown). The suite publishes a payload of MaxPayload+1 bytes and
 	// expects a permanent error for that message only.
@@ -55,8 +71,10 @@ type Harness struct {
 
 	// Dedup reports whether the broker drops a message whose ID it has
 	// already stored (NATS JetStream with Nats-Msg-Id). If true the suite
-	// expects consumers to see a re-published ID exactly once; otherwise at
-	// least once.
+	// expects the second publish of an ID to fail with an error wrapping
+	// outbox.ErrDuplicate (which the relay counts as delivered) and consumers
+	// to see the ID exactly once; otherwise a second publish may succeed or
+	// report a duplicate, and consumers see the ID at least once.
 	Dedup bool
 }
 
@@ -104,12 +122,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	// would disturb the other tests; the parallel tests start once Run's body
 	// has returned.
 	t.Run("RestartDuringBatch", func(t *testing.T) { testRestart(t, setup(t)) })
+	t.Run("PublishWhileStopped", func(t *testing.T) { testStopped(t, setup(t)) })
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, Harness)
 	}{
 		{"ResultsPerMessage", testResultsPerMessage},
 		{"RoundTrip", testRoundTrip},
+		{"KeyAndHeaderText", testText},
 		{"OrderPerKeyAcrossBatches", testOrder},
 		{"MissingTopic", testMissingTopic},
 		{"OversizedPayload", testOversized},
@@ -134,7 +154,7 @@ func newMessage(topic, key string, payload []byte) *outbox.Message {
 		Topic:     topic,
 		Key:       key,
 		Payload:   payload,
-		Headers:   map[string]string{"Test-Header": "value of " + key},
+		Headers:   map[string]string{"Test-Header": "value of [" + key + "]"},
 		CreatedAt: time.Now(),
 	}
 }
@@ -352,8 +372,8 @@ func requireReport(t testing.TB, rep Report, dupsOK bool) {
 	}
 }
 
-// testMissingTopic: a message to a topic without destination fails
-// permanently, with an error naming the topic, and only that message.
+// testMissingTopic: a message to a topic without destination blocks that
+// topic, with an error naming it, and fails only that message.
 func testMissingTopic(t *testing.T, h Harness) {
 	missing := ""
 	if h.MissingTopic != nil {
@@ -370,11 +390,9 @@ func testMissingTopic(t *testing.T, h Harness) {
 	}
 	errs := publish(t, h.Publisher, msgs)
 	if errs[1] == nil {
-		t.Fatalf("publishing to missing topic %q succeeded; want a permanent error", missing)
+		t.Fatalf("publishing to missing topic %q succeeded; want an error blocking the topic", missing)
 	}
-	if !outbox.IsPermanent(errs[1]) {
-		t.Errorf("publishing to missing topic %q: error %q is not permanent (wrap it with outbox.Permanent)", missing, errs[1])
-	}
+	requireBlocked(t, "publishing to missing topic", missing, errs[1])
 	if !strings.Contains(errs[1].Error(), missing) {
 		t.Errorf("publishing to missing topic %q: error %q does not name the topic", missing, errs[1])
 	}
@@ -388,8 +406,21 @@ func testMissingTopic(t *testing.T, h Harness) {
 	}
 	// A second attempt fails the same way (nothing was created on the fly).
 	errs = publish(t, h.Publisher, msgs[1:2])
-	if !outbox.IsPermanent(errs[0]) {
-		t.Errorf("second publish to missing topic %q: got %v; want a permanent error", missing, errs[0])
+	requireBlocked(t, "second publish to missing topic", missing, errs[0])
+}
+
+// requireBlocked fails the test unless err blocks destination topic and is
+// not permanent.
+func requireBlocked(t testing.TB, what, topic string, err error) {
+	t.Helper()
+	dest, ok := outbox.IsBlocked(err)
+	switch {
+	case !ok:
+		t.Errorf("%s %q: error %v does not block the destination (wrap it with outbox.Blocked(topic, err))", what, topic, err)
+	case dest != topic:
+		t.Errorf("%s %q: error %v blocks destination %q; want the message's topic", what, topic, err, dest)
+	case outbox.IsPermanent(err):
+		t.Errorf("%s %q: error %v is also permanent: the destination, not the message, is at fault", what, topic, err)
 	}
 }
 
@@ -420,6 +451,9 @@ func testOversized(t *testing.T, h Harness) {
 	}
 	if !outbox.IsPermanent(errs[1]) {
 		t.Errorf("oversized payload: error %q is not permanent (wrap it with outbox.Permanent)", errs[1])
+	}
+	if dest, blocked := outbox.IsBlocked(errs[1]); blocked {
+		t.Errorf("oversized payload: error %q blocks destination %q: the message, not the destination, is at fault", errs[1], dest)
 	}
 	if errs[0] != nil || errs[2] != nil {
 		t.Fatalf("the other messages of the batch failed: %v, %v; want nil", errs[0], errs[2])
@@ -593,16 +627,24 @@ func testLargeBatch(t *testing.T, h Harness) {
 	requireReport(t, c.Verify(), false)
 }
 
-// testDuplicateID: publishing the same ID twice succeeds both times;
-// consumers see it once if the broker de-duplicates, at least once if not.
+// testDuplicateID: publishing the same ID twice succeeds the first time;
+// the second time it reports a duplicate if the broker de-duplicates
+// (consumers see it once), else it succeeds or reports a duplicate
+// (consumers see it at least once).
 func testDuplicateID(t *testing.T, h Harness) {
 	topic := h.Topic(t)
 	m := newMessage(topic, "dup", []byte("once"))
-	for i := range 2 {
-		errs := publish(t, h.Publisher, []*outbox.Message{m})
-		if errs[0] != nil {
-			t.Fatalf("publish #%d of the same ID: %v; want nil (a duplicate counts as success)", i+1, errs[0])
-		}
+	if err := publish(t, h.Publisher, []*outbox.Message{m})[0]; err != nil {
+		t.Fatalf("first publish: %v", err)
+	}
+	err := publish(t, h.Publisher, []*outbox.Message{m})[0]
+	switch {
+	case h.Dedup && !errors.Is(err, outbox.ErrDuplicate):
+		t.Fatalf("second publish of the same ID: %v; want an error wrapping outbox.ErrDuplicate (the broker de-duplicates: the relay must learn that it dropped the message)", err)
+	case err != nil && !errors.Is(err, outbox.ErrDuplicate):
+		t.Fatalf("second publish of the same ID: %v; want nil or an error wrapping outbox.ErrDuplicate", err)
+	case err != nil && (outbox.IsPermanent(err) || isBlocked(err)):
+		t.Fatalf("second publish of the same ID: %v is permanent or blocked; a duplicate is delivered", err)
 	}
 	// A marker with the same key: it is delivered after every copy of m.
 	marker := newMessage(topic, "dup", []byte("marker"))
@@ -691,6 +733,11 @@ func testRestart(t *testing.T, h Harness) {
 	failed := map[string]bool{}
 	for _, r := range results {
 		checkLen(t, r.msgs, r.errs)
+		for i, err := range r.errs {
+			if outbox.IsPermanent(err) {
+				t.Fatalf("message %s failed permanently around the restart: %v; the broker, not the message, was at fault", r.msgs[i].ID, err)
+			}
+		}
 		a, f := split(r.msgs, r.errs)
 		acked = append(acked, a...)
 		maps.Copy(failed, f)
@@ -702,7 +749,15 @@ func testRestart(t *testing.T, h Harness) {
 		}
 	}
 
-	// The publisher recovers: poll until a publish succeeds.
+	acked = append(acked, awaitRecovery(t, h, topic, failed)...)
+	readIDs(t, h, topic, acked, failed)
+}
+
+// awaitRecovery waits for the publisher to work again after the broker came
+// back: it publishes probes until one succeeds, then a whole batch, and
+// returns the IDs acknowledged. Failed probes are added to failed.
+func awaitRecovery(t *testing.T, h Harness, topic string, failed map[string]bool) (acked []string) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -713,18 +768,152 @@ func testRestart(t *testing.T, h Harness) {
 			acked = append(acked, probe.ID)
 			break
 		}
+		if outbox.IsPermanent(errs[0]) {
+			t.Fatalf("probe after the broker came back failed permanently: %v", errs[0])
+		}
 		failed[probe.ID] = true
 		if time.Now().After(deadline) {
-			t.Fatalf("publishing still fails 60s after the broker restarted: %v", errs[0])
+			t.Fatalf("publishing still fails 60s after the broker came back: %v", errs[0])
 		}
 		<-tick.C
 	}
 	// Once one publish went through, the next batch goes through whole.
-	after := newBatch(topic, batchSize, func(i int) string { return fmt.Sprintf("k%d", i) })
+	after := newBatch(topic, 100, func(i int) string { return fmt.Sprintf("k%d", i) })
 	requireAllOK(t, after, publish(t, h.Publisher, after))
-	acked = append(acked, ids(after)...)
+	return append(acked, ids(after)...)
+}
 
+// stoppedPublishTimeout bounds each publish made while the broker is
+// stopped: publishers that wait for the broker until their deadline (Kafka
+// buffers records) fail then.
+const stoppedPublishTimeout = 5 * time.Second
+
+// testStopped: with the broker stopped, every message of a publish fails
+// with an error blocking its topic (no attempt is spent on it); once the
+// broker is back, the publisher recovers and what it acknowledged is
+// readable.
+func testStopped(t *testing.T, h Harness) {
+	if h.Stop == nil {
+		t.Skip("the harness has no Stop")
+	}
+	topic := h.Topic(t)
+	before := newBatch(topic, 3, func(i int) string { return fmt.Sprintf("k%d", i) })
+	requireAllOK(t, before, publish(t, h.Publisher, before))
+	acked := ids(before)
+	failed := map[string]bool{}
+
+	start := h.Stop(t)
+	started := false
+	defer func() {
+		if !started { // a failed check must not leave the broker down
+			start(t)
+		}
+	}()
+	for round := range 2 { // the first notices the broker is gone, the second finds it gone
+		msgs := newBatch(topic, 5, func(i int) string { return fmt.Sprintf("k%d", i) })
+		ctx, cancel := context.WithTimeout(context.Background(), stoppedPublishTimeout)
+		errs := publishWithin(t, h.Publisher, ctx, msgs, stoppedPublishTimeout+10*time.Second)
+		cancel()
+		for i, err := range errs {
+			if err == nil {
+				t.Fatalf("round %d, message %d: acknowledged although the broker is stopped", round, i)
+			}
+			requireBlocked(t, fmt.Sprintf("round %d, message %d published with the broker stopped to", round, i), topic, err)
+			failed[msgs[i].ID] = true
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	started = true
+	start(t)
+	acked = append(acked, awaitRecovery(t, h, topic, failed)...)
+	// Messages that failed may have been stored (an unknown outcome); the
+	// acknowledged ones must all be there.
 	readIDs(t, h, topic, acked, failed)
+}
+
+// Keys and header values that Message.Validate accepts, each of which must
+// arrive byte for byte, and those it refuses (control characters, CR and
+// LF, leading or trailing spaces), which a publisher handed one anyway
+// must deliver byte for byte or fail permanently, never deliver altered.
+var (
+	acceptedTexts = []string{
+		"with inner  spaces", "ключ ✓ 🙂", `quote"and'apostrophe\back`, "a:b;c=d,e", "\u00a0nbsp\u00a0",
+		"x=" + strings.Repeat("é", 500),
+	}
+	refusedTexts = []string{
+		"line\nbreak", "cr\rlf", " leading", "trailing ", "\ttab", "bell\a", "nul\x00byte", "c1\u0085control",
+	}
+)
+
+// testText: keys and header values Validate accepts arrive byte for byte;
+// those it refuses are refused with a ValidationError naming the field and,
+// published anyway, arrive byte for byte or fail permanently.
+func testText(t *testing.T, h Harness) {
+	topic := h.Topic(t)
+	var msgs []*outbox.Message
+	for i, text := range acceptedTexts {
+		for j, m := range []*outbox.Message{
+			newMessage(topic, text, []byte("accepted key")),
+			newMessage(topic, fmt.Sprintf("acc-%d", i), []byte("accepted header")),
+		} {
+			if j == 1 {
+				m.Headers["X-Text"] = text
+			}
+			if err := m.Validate(0); err != nil {
+				t.Fatalf("Validate refuses %q: %v; the suite expects it accepted", text, err)
+			}
+			msgs = append(msgs, m)
+		}
+	}
+	accepted := len(msgs)
+	for i, text := range refusedTexts {
+		for j, m := range []*outbox.Message{
+			newMessage(topic, text, []byte("refused key")),
+			newMessage(topic, fmt.Sprintf("ref-%d", i), []byte("refused header")),
+		} {
+			field := "Key"
+			if j == 1 {
+				m.Headers["X-Text"] = text
+				field = "Headers"
+			}
+			var ve *outbox.ValidationError
+			if err := m.Validate(0); !errors.As(err, &ve) || ve.Field != field {
+				t.Fatalf("Validate of %s %q: %v; want a ValidationError on %s", field, text, err, field)
+			}
+			msgs = append(msgs, m)
+		}
+	}
+	errs := publish(t, h.Publisher, msgs)
+	requireAllOK(t, msgs[:accepted], errs[:accepted])
+	var stored []*outbox.Message
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			stored = append(stored, msgs[i])
+		case !outbox.IsPermanent(err):
+			t.Errorf("message with key %q and headers %q: %v; want nil (delivered unaltered) or a permanent error", msgs[i].Key, msgs[i].Headers, err)
+		}
+	}
+	t.Logf("%d of %d refused forms delivered (unaltered, as checked below), the others failed permanently", len(stored)-accepted, len(msgs)-accepted)
+	byID := map[string]*outbox.Message{}
+	for _, m := range stored {
+		byID[m.ID] = m
+	}
+	for _, r := range h.Read(t, topic, len(stored)) {
+		m, ok := byID[r.ID]
+		if !ok {
+			t.Fatalf("received ID %q, which was not acknowledged or was received twice", r.ID)
+		}
+		delete(byID, r.ID)
+		requireSame(t, m, r)
+	}
+}
+
+func isBlocked(err error) bool {
+	_, ok := outbox.IsBlocked(err)
+	return ok
 }
 
 // waitChan returns a channel closed when wg is done.

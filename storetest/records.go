@@ -3,6 +3,7 @@ package storetest
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -223,6 +224,16 @@ func testFetchAfterLimit(s *suite) {
 	}
 }
 
+// bigHeaders returns the most headers of the longest values Validate
+// allows one by one: together far over JetStream's 64 KiB header limit.
+func bigHeaders() map[string]string {
+	h := map[string]string{}
+	for i := range outbox.MaxHeaders {
+		h[fmt.Sprintf("X-Big-%02d", i)] = strings.Repeat("v", outbox.MaxHeaderValueLen)
+	}
+	return h
+}
+
 func testWriteValidation(s *suite) {
 	valid := outbox.Message{ID: outbox.NewID(), Topic: "valid.topic"}
 	cases := []struct {
@@ -234,6 +245,15 @@ func testWriteValidation(s *suite) {
 		{outbox.Message{Topic: "big", Payload: make([]byte, outbox.MaxPayloadDefault+1)}, "Payload"},
 		{outbox.Message{Topic: "t", ID: "NOT-A-UUID"}, "ID"},
 		{outbox.Message{Topic: "t", Headers: map[string]string{"Nats-Msg-Id": "x"}}, "Headers"},
+		// Keys and header values a broker would alter are refused.
+		{outbox.Message{Topic: "t", Key: "line\nbreak"}, "Key"},
+		{outbox.Message{Topic: "t", Key: " leading space"}, "Key"},
+		{outbox.Message{Topic: "t", Key: "bell\a"}, "Key"},
+		{outbox.Message{Topic: "t", Headers: map[string]string{"X-Trace": "trailing space "}}, "Headers"},
+		{outbox.Message{Topic: "t", Headers: map[string]string{"X-Trace": "cr\rlf\n"}}, "Headers"},
+		// The payload limit counts the headers as published.
+		{outbox.Message{Topic: "t", Payload: make([]byte, outbox.MaxPayloadDefault)}, "Payload"},
+		{outbox.Message{Topic: "t", Headers: bigHeaders()}, "Headers"},
 	}
 	for _, c := range cases {
 		err := s.h.Write(s.ctx, valid, c.msg)

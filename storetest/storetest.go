@@ -23,9 +23,10 @@
 // Unsettled; Heartbeat counts live nodes. The optional abilities are checked
 // when the store implements them: outbox.UnorderedStore (concurrent claims
 // never overlap; released records come back), outbox.StatusReader (counts),
-// outbox.DeadLetterStore (list, filters, requeue, purge), outbox.AdminStore
-// (filters by key, error text and time, paging, counts, finding messages by
-// ID and key), outbox.Notifier (a
+// outbox.BacklogReader (exact figures under the limit, a sample that says
+// so above it), outbox.DeadLetterStore (list, filters, requeue, purge),
+// outbox.AdminStore (filters by key, error text and time, paging, counts,
+// finding messages by ID and key), outbox.Notifier (a
 // write signals), outbox.MarkedFetcher (without a mark it is Fetch; a mark
 // does not bring back what its fetch saw; late commits below a cursor need
 // interleaved transactions, which a Harness cannot express: test them in
@@ -104,6 +105,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Heartbeat", testHeartbeat},
 		{"Unordered", testUnordered},
 		{"Status", testStatus},
+		{"Backlog", testBacklog},
 		{"DeadLetters", testDeadLetters},
 		{"RequeueInSeqOrder", testRequeueSeqOrder},
 		{"Admin", testAdmin},

@@ -33,8 +33,8 @@ func TestBackendsScheme(t *testing.T) {
 	if r := newReader(t, seeds, "pre.orders").read(t, 1)[0]; received(t, r).ID != m.ID {
 		t.Fatalf("read %s; want %s", received(t, r).ID, m.ID)
 	}
-	if err := p.Publish(ctx, []*outbox.Message{newMessage("missing", "k", "x")})[0]; !outbox.IsPermanent(err) || !strings.Contains(err.Error(), `"pre.missing"`) {
-		t.Errorf("publish to a missing topic: got %v; want a permanent error naming pre.missing", err)
+	if err := p.Publish(ctx, []*outbox.Message{newMessage("missing", "k", "x")})[0]; !isBlocked(err, "missing") || !strings.Contains(err.Error(), `"pre.missing"`) {
+		t.Errorf("publish to a missing topic: got %v; want an error blocking topic \"missing\" and naming Kafka topic pre.missing", err)
 	}
 
 	for _, tc := range []struct{ url, want string }{

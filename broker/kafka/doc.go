@@ -14,9 +14,13 @@
 //     messages of one key in a batch and waits for a key's message to be
 //     acknowledged before publishing the next, so order holds across
 //     batches too.
-//   - A missing topic is a permanent failure naming the topic, found at
-//     once with a metadata request (cached) instead of after franz-go's
-//     retries, unless Options.AllowAutoTopicCreation is set.
+//   - A missing topic blocks that topic (outbox.Blocked: the relay pauses
+//     it, spends no attempt and dead-letters nothing until the topic
+//     exists), with an error naming it, found at once with a metadata
+//     request (cached) instead of after franz-go's retries, unless
+//     Options.AllowAutoTopicCreation is set. So do an authorization
+//     failure and brokers that do not acknowledge in time; only a message
+//     that can never be produced (too large, invalid) fails permanently.
 //   - Bounded: the client holds at most Options.MaxBufferedRecords records;
 //     a record fails after Options.DeliveryTimeout in the client; a Publish
 //     call ends when its context does (or after Options.PublishTimeout

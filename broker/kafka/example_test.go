@@ -13,7 +13,8 @@ import (
 )
 
 // Publish a batch, including a message whose topic does not exist: that one
-// fails permanently, and the relay dead-letters it.
+// blocks its topic (the relay pauses the topic, spends no attempt and
+// dead-letters nothing, until the topic exists).
 func ExampleDial() {
 	// An in-process Kafka (kfake) with topic "orders.created".
 	cluster, stop, err := testenv.StartKafka(testenv.KafkaOptions{Options: []kfake.Opt{kfake.SeedTopics(4, "orders.created")}})
@@ -36,10 +37,11 @@ func ExampleDial() {
 		{ID: outbox.NewID(), Topic: "invoices.sent", Key: "order-1", Payload: []byte(`{"id":1}`)},
 	}
 	for i, err := range p.Publish(ctx, msgs) {
-		fmt.Printf("%s: ok=%v permanent=%v\n", msgs[i].Topic, err == nil, outbox.IsPermanent(err))
+		blocked, _ := outbox.IsBlocked(err)
+		fmt.Printf("%s: ok=%v blocked=%q permanent=%v\n", msgs[i].Topic, err == nil, blocked, outbox.IsPermanent(err))
 	}
 	// Output:
-	// orders.created: ok=true permanent=false
-	// orders.created: ok=true permanent=false
-	// invoices.sent: ok=false permanent=true
+	// orders.created: ok=true blocked="" permanent=false
+	// orders.created: ok=true blocked="" permanent=false
+	// invoices.sent: ok=false blocked="invoices.sent" permanent=false
 }

@@ -164,7 +164,11 @@ func TestConformance(t *testing.T) {
 			},
 			// kfake persists to a data directory, so a restart keeps what
 			// it acknowledged, like a real broker.
-			Restart:    func(t *testing.T) { testenv.RestartKafka(t) },
+			Restart: func(t *testing.T) { testenv.RestartKafka(t) },
+			Stop: func(t *testing.T) func(t *testing.T) {
+				resume := testenv.PauseKafka(t)
+				return func(t *testing.T) { resume(t) }
+			},
 			MaxPayload: kafka.MaxMessageBytesDefault,
 		}
 	})

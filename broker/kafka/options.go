@@ -70,14 +70,14 @@ type Options struct {
 	TopicMapper func(topic string) string
 	// AllowAutoTopicCreation lets the broker create a missing topic (if the
 	// broker allows it, auto.create.topics.enable). By default a message to
-	// a topic that does not exist fails permanently, naming the topic: the
-	// Publisher checks that each topic exists (with a metadata request,
+	// a topic that does not exist fails with an error blocking its topic
+	// (outbox.Blocked), naming it: the Publisher checks that each topic exists (with a metadata request,
 	// cached for a minute) before producing to it.
 	AllowAutoTopicCreation bool
 	// DeliveryTimeout bounds how long a record may wait in the client,
 	// including franz-go's own retries (which the idempotent producer needs
-	// to keep its sequence numbers), before it fails with a retryable error
-	// (default DeliveryTimeoutDefault).
+	// to keep its sequence numbers), before it fails with an error blocking
+	// its topic (default DeliveryTimeoutDefault).
 	DeliveryTimeout time.Duration
 	// PublishTimeout bounds a Publish call whose context has no deadline
 	// (default PublishTimeoutDefault).

@@ -20,8 +20,10 @@ import (
 // Publisher publishes outbox messages to Kafka with franz-go's idempotent
 // producer and acks=all. It implements [outbox.Publisher]: every message of
 // a batch is produced at once, and Publish returns one result per message
-// once the brokers have acknowledged (or refused) each. It marks with
-// [outbox.Permanent] the failures that retrying cannot fix. (franz-go
+// once the brokers have acknowledged (or refused) each. It classifies each
+// failure as [outbox.Permanent] (the message can never be produced),
+// [outbox.Blocked] (the topic or the brokers are unusable, or the outcome
+// unknown) or retryable (see Publish). (franz-go
 // retries a produce request internally, within DeliveryTimeout, as the
 // idempotent producer must to keep its sequence numbers; the Publisher adds
 // no retries of its own.)
@@ -138,16 +140,24 @@ type produced struct {
 // exist (unless AllowAutoTopicCreation), produces every message, and waits
 // for every acknowledgement until ctx ends (or PublishTimeout passes, if ctx
 // has no deadline). It returns one result per message: nil when the
-// brokers acknowledged the record (acks=all). When ctx ends first, Publish
-// returns promptly with a (retryable) error for every message not yet
+// brokers acknowledged the record (acks=all). (The idempotent producer
+// has no duplicate acknowledgement to report.) When ctx ends first,
+// Publish returns promptly with an error for every message not yet
 // acknowledged; those may still be produced. Errors are classified:
 //
-//   - a missing topic, an invalid topic name, a record larger than
-//     MaxMessageBytes or the broker's limit, an authorization failure, a
+//   - the message itself can never be produced: a record larger than
+//     MaxMessageBytes or the broker's limit, an invalid topic name, a
 //     record the broker refuses as invalid (such as one without key for a
-//     compacted topic): permanent;
-//   - anything else (timeouts, brokers unreachable, leader changes,
-//     not enough replicas): retryable.
+//     compacted topic): [outbox.Permanent];
+//   - the topic or the brokers are unusable, or the outcome unknown: the
+//     topic does not exist (UNKNOWN_TOPIC_OR_PARTITION), the client is not
+//     authorised (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED,
+//     SASL authentication), the brokers are unreachable or the record was
+//     not acknowledged within DeliveryTimeout or ctx's deadline, or the
+//     brokers answered with an error Kafka calls retriable (leader changes,
+//     not enough replicas, request timeouts): [outbox.Blocked] with the
+//     message's topic as destination;
+//   - anything else, and a cancelled ctx: retryable.
 //
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
@@ -217,6 +227,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 			for i, wait := range awaiting {
 				if wait {
 					errs[i] = fmt.Errorf("kafka: produce to topic %q: not acknowledged (the record may still be produced): %w", topics[i], context.Cause(ctx))
+					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+						// The brokers did not take it in time: unreachable,
+						// or the topic unusable.
+						errs[i] = outbox.Blocked(msgs[i].Topic, errs[i])
+					}
 				}
 			}
 			return errs
@@ -242,33 +257,49 @@ func (p *Publisher) record(topic string, m *outbox.Message) *kgo.Record {
 	return r
 }
 
-// classify wraps err, the failure to produce m to topic, marking with
-// outbox.Permanent what retrying cannot fix.
+// classify wraps err, the failure to produce m to topic: permanent when
+// the message itself can never be produced, blocked when the topic or the
+// brokers are unusable or the outcome unknown, else retryable.
 func (p *Publisher) classify(ctx context.Context, topic string, m *outbox.Message, err error) error {
 	if err == nil {
 		return nil
 	}
+	var ke *kerr.Error
 	switch {
-	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
-		p.forgetTopic(topic)
-		return outbox.Permanent(missingTopic(topic, err))
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: message %s (payload %d bytes, key %d bytes, plus headers) exceeds MaxMessageBytes (%d) or the broker's message.max.bytes: shrink it, or raise both limits: %w",
 			topic, m.ID, len(m.Payload), len(m.Key), p.opts.MaxMessageBytes, err))
-	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
-		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: not authorized: grant the client's principal WRITE on the topic: %w", topic, err))
 	case errors.Is(err, kerr.InvalidTopicException):
 		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: invalid topic: %w", topic, err))
 	case errors.Is(err, kerr.InvalidRecord):
 		return outbox.Permanent(fmt.Errorf("kafka: produce to topic %q: the broker refuses message %s as invalid (a compacted topic needs a key): %w", topic, m.ID, err))
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		p.forgetTopic(topic)
+		return outbox.Blocked(m.Topic, missingTopic(topic, err))
+	case strings.Contains(err.Error(), purgedText):
+		return outbox.Blocked(m.Topic, missingTopic(topic, err))
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return outbox.Blocked(m.Topic, notAuthorized(topic, err))
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return outbox.Blocked(m.Topic, fmt.Errorf("kafka: produce to topic %q: the brokers refused the client's credentials (SASL): check the user, password and mechanism: %w", topic, err))
 	case errors.Is(err, kgo.ErrClientClosed):
 		return fmt.Errorf("kafka: produce to topic %q: %w (%w)", topic, outbox.ErrClosed, err)
+	case errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries):
+		return outbox.Blocked(m.Topic, fmt.Errorf("kafka: produce to topic %q: not acknowledged within DeliveryTimeout (%v): are the brokers reachable, and the topic's partitions led? %w", topic, p.opts.DeliveryTimeout, err))
+	case errors.As(err, &ke) && ke.Retriable:
+		return outbox.Blocked(m.Topic, fmt.Errorf("kafka: produce to topic %q: %w", topic, err))
 	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() == nil:
 		// franz-go fails a partition's buffered records together, by the
 		// context of the first: another call's cancellation.
 		return fmt.Errorf("kafka: produce to topic %q: failed with the records of a cancelled call sharing its partition's buffer: %w", topic, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return outbox.Blocked(m.Topic, fmt.Errorf("kafka: produce to topic %q: not acknowledged in time (the record may still be produced): %w", topic, err))
 	}
 	return fmt.Errorf("kafka: produce to topic %q: %w", topic, err)
+}
+
+func notAuthorized(topic string, err error) error {
+	return fmt.Errorf("kafka: produce to topic %q: not authorized: grant the client's principal DESCRIBE and WRITE on the topic: %w", topic, err)
 }
 
 func missingTopic(topic string, err error) error {
@@ -313,7 +344,10 @@ func (p *Publisher) checkTopics(ctx context.Context, msgs []*outbox.Message, top
 		p.opts.Logger.Warn("kafka: topic metadata request failed; producing anyway", "err", err)
 		return
 	}
+	// The errors of a Kafka topic, to be blocked under each message's own
+	// topic (several may map to one Kafka topic).
 	failed := map[string]error{}
+	permanent := map[string]bool{}
 	p.topicsMu.Lock()
 	for _, rt := range resp.Topics {
 		if rt.Topic == nil {
@@ -324,29 +358,47 @@ func (p *Publisher) checkTopics(ctx context.Context, msgs []*outbox.Message, top
 		case err == nil:
 			p.topics[t] = now
 		case errors.Is(err, kerr.UnknownTopicOrPartition):
-			failed[t] = outbox.Permanent(missingTopic(t, err))
+			failed[t] = missingTopic(t, err)
 		case errors.Is(err, kerr.TopicAuthorizationFailed):
-			failed[t] = outbox.Permanent(fmt.Errorf("kafka: topic %q: not authorized: grant the client's principal DESCRIBE and WRITE on the topic: %w", t, err))
+			failed[t] = notAuthorized(t, err)
 		case errors.Is(err, kerr.InvalidTopicException):
-			failed[t] = outbox.Permanent(fmt.Errorf("kafka: topic %q: invalid topic: %w", t, err))
+			failed[t] = fmt.Errorf("kafka: topic %q: invalid topic: %w", t, err)
+			permanent[t] = true
 		}
 		// Other errors (a leader election) are transient: produce, and let
 		// franz-go wait for the topic to settle.
 	}
 	p.topicsMu.Unlock()
 	for i, t := range topics {
-		if errs[i] == nil && failed[t] != nil {
-			errs[i] = failed[t]
+		switch {
+		case errs[i] != nil || failed[t] == nil:
+		case permanent[t]:
+			errs[i] = outbox.Permanent(failed[t])
+		default:
+			errs[i] = outbox.Blocked(msgs[i].Topic, failed[t])
 		}
 	}
 }
 
-// forgetTopic drops topic from the cache of existing topics.
+// forgetTopic drops topic from the cache of existing topics. If the topic
+// was there (it existed, and is gone: deleted), it also purges the topic
+// from franz-go's producer, which otherwise keeps the old topic ID and fails
+// every record with UNKNOWN_TOPIC_ID once the topic is created again; the
+// next publish checks the topic again and produces under the new ID.
 func (p *Publisher) forgetTopic(topic string) {
 	p.topicsMu.Lock()
+	_, known := p.topics[topic]
 	delete(p.topics, topic)
 	p.topicsMu.Unlock()
+	if known {
+		p.opts.Logger.Warn("kafka: topic deleted; it is blocked until it exists again", "topic", topic)
+		p.client.PurgeTopicsFromProducing(topic)
+	}
 }
+
+// purgedText is the text of the (unexported) error franz-go fails the
+// records buffered for a topic with when the topic is purged (forgetTopic).
+const purgedText = "topic purged while buffered"
 
 // slogLogger adapts an *slog.Logger to kgo.Logger.
 type slogLogger struct{ l *slog.Logger }

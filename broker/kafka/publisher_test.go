@@ -11,7 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/kafka"
@@ -71,7 +73,7 @@ func TestSameKeySamePartition(t *testing.T) {
 	}
 }
 
-// TestMissingTopicIsFast: a topic that does not exist fails permanently,
+// TestMissingTopicIsFast: a topic that does not exist blocks that topic,
 // naming it, without waiting for franz-go's unknown-topic retries or the
 // delivery timeout.
 func TestMissingTopicIsFast(t *testing.T) {
@@ -88,8 +90,8 @@ func TestMissingTopicIsFast(t *testing.T) {
 		t.Errorf("Publish took %v to report a missing topic", elapsed)
 	}
 	for _, i := range []int{0, 2} {
-		if !outbox.IsPermanent(errs[i]) {
-			t.Fatalf("message %d to a missing topic: got %v; want a permanent error", i, errs[i])
+		if !isBlocked(errs[i], "absent") {
+			t.Fatalf("message %d to a missing topic: got %v; want an error blocking \"absent\"", i, errs[i])
 		}
 		errorContains(t, errs[i], `"absent"`, "does not exist", "AllowAutoTopicCreation")
 	}
@@ -98,9 +100,9 @@ func TestMissingTopicIsFast(t *testing.T) {
 	}
 }
 
-// TestDeletedTopic: a topic deleted after the publisher saw it fails
-// permanently as well (through franz-go's unknown-topic handling), within
-// the delivery timeout.
+// TestDeletedTopic: a topic deleted after the publisher saw it is blocked
+// as well (through franz-go's unknown-topic handling), within the delivery
+// timeout.
 func TestDeletedTopic(t *testing.T) {
 	seeds, _ := testenv.Kafka(t)
 	createTopic(t, seeds, "doomed", 1)
@@ -132,15 +134,37 @@ func TestDeletedTopic(t *testing.T) {
 	if err == nil {
 		t.Fatal("publish to a deleted topic succeeded")
 	}
-	if ctx.Err() == nil && !outbox.IsPermanent(err) {
-		t.Fatalf("publish to a deleted topic: got %v; want a permanent error", err)
+	if ctx.Err() == nil && !isBlocked(err, "doomed") {
+		t.Fatalf("publish to a deleted topic: got %v; want an error blocking \"doomed\"", err)
 	}
 	// The next batch is refused at once: the cache entry is gone.
 	start = time.Now()
 	err = p.Publish(ctx, []*outbox.Message{newMessage("doomed", "k", "3")})[0]
-	if !outbox.IsPermanent(err) || time.Since(start) > 10*time.Second {
-		t.Fatalf("second publish to a deleted topic: got %v after %v; want a permanent error at once", err, time.Since(start))
+	if !isBlocked(err, "doomed") || time.Since(start) > 10*time.Second {
+		t.Fatalf("second publish to a deleted topic: got %v after %v; want an error blocking \"doomed\" at once", err, time.Since(start))
 	}
+	// Created again, the topic works again once franz-go has refreshed its
+	// metadata (the relay probes a blocked topic with backoff); until then
+	// it stays blocked, never failing the message.
+	createTopic(t, seeds, "doomed", 1)
+	for attempt := 1; ; attempt++ {
+		err := p.Publish(ctx, []*outbox.Message{newMessage("doomed", "k", "4")})[0]
+		if err == nil {
+			t.Logf("the topic created again works after %d attempts", attempt)
+			break
+		}
+		if !isBlocked(err, "doomed") || ctx.Err() != nil {
+			t.Fatalf("publish to the topic created again, attempt %d: %v; want nil, or an error blocking the topic until it is seen", attempt, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a condition with backoff, as the relay probes
+	}
+}
+
+// isBlocked reports whether err blocks destination topic (and is not
+// permanent).
+func isBlocked(err error, topic string) bool {
+	dest, ok := outbox.IsBlocked(err)
+	return ok && dest == topic && !outbox.IsPermanent(err)
 }
 
 // TestAutoTopicCreation: with AllowAutoTopicCreation (and a broker that
@@ -252,7 +276,7 @@ func TestRecoversAfterRestart(t *testing.T) {
 }
 
 // TestBrokersDown: with every broker gone, Publish returns at its deadline
-// with retryable errors.
+// with errors blocking the topic.
 func TestBrokersDown(t *testing.T) {
 	seeds, c := testenv.Kafka(t)
 	createTopic(t, seeds, "down", 1)
@@ -270,8 +294,8 @@ func TestBrokersDown(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 3*time.Second {
 		t.Errorf("Publish took %v with a 500ms deadline", elapsed)
 	}
-	if err == nil || outbox.IsPermanent(err) {
-		t.Fatalf("publish with the brokers down: got %v; want a retryable error", err)
+	if !isBlocked(err, "down") {
+		t.Fatalf("publish with the brokers down: got %v; want an error blocking \"down\"", err)
 	}
 }
 
@@ -306,4 +330,30 @@ func TestOptionsValidate(t *testing.T) {
 		_, err := kafka.Dial(context.Background(), tc.opts)
 		errorContains(t, err, tc.want)
 	}
+}
+
+// TestNotAuthorizedIsBlocked: a topic the client's principal may not write
+// blocks that topic (TOPIC_AUTHORIZATION_FAILED), while a topic it may
+// write works.
+func TestNotAuthorizedIsBlocked(t *testing.T) {
+	allow := func(topic string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	seeds, _ := testenv.Kafka(t,
+		kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("PLAIN", "admin", "admin"),
+		kfake.User("PLAIN", "relay", "pw", allow("open", kmsg.ACLOperationWrite), allow("open", kmsg.ACLOperationDescribe)),
+		kfake.SeedTopics(1, "open", "secret"),
+	)
+	p := dial(t, kafka.Options{Brokers: seeds, ClientOptions: []kgo.Opt{kgo.SASL(plain.Auth{User: "relay", Pass: "pw"}.AsMechanism())}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := p.Publish(ctx, []*outbox.Message{newMessage("open", "k", "1"), newMessage("secret", "k", "2")})
+	if errs[0] != nil {
+		t.Fatalf("publish to a topic the principal may write: %v", errs[0])
+	}
+	if !isBlocked(errs[1], "secret") {
+		t.Fatalf("publish to a topic the principal may not write: %v; want an error blocking \"secret\"", errs[1])
+	}
+	errorContains(t, errs[1], "not authorized", `"secret"`)
 }

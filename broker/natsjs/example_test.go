@@ -2,6 +2,7 @@ package natsjs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 )
 
 // Publish a batch to a stream, including a message whose subject no stream
-// covers: that one fails permanently, and the relay dead-letters it.
+// covers: that one blocks its topic (the relay pauses the topic, spends no
+// attempt and dead-letters nothing, until a stream covers it), and a copy
+// of a message already stored, which JetStream reports as a duplicate.
 func ExampleDial() {
 	srv, stop, err := testenv.StartNATS("") // an embedded NATS server
 	if err != nil {
@@ -52,11 +55,15 @@ func ExampleDial() {
 		{ID: outbox.NewID(), Topic: "orders.paid", Key: "order-2", Payload: []byte(`{"id":1}`)},
 		{ID: outbox.NewID(), Topic: "invoices.sent", Key: "order-3", Payload: []byte(`{"id":1}`)},
 	}
+	msgs = append(msgs, msgs[0]) // the same ID again
 	for i, err := range p.Publish(ctx, msgs) {
-		fmt.Printf("%s: ok=%v permanent=%v\n", msgs[i].Topic, err == nil, outbox.IsPermanent(err))
+		blocked, _ := outbox.IsBlocked(err)
+		fmt.Printf("%s: ok=%v duplicate=%v blocked=%q permanent=%v\n",
+			msgs[i].Topic, err == nil, errors.Is(err, outbox.ErrDuplicate), blocked, outbox.IsPermanent(err))
 	}
 	// Output:
-	// orders.created: ok=true permanent=false
-	// orders.paid: ok=true permanent=false
-	// invoices.sent: ok=false permanent=true
+	// orders.created: ok=true duplicate=false blocked="" permanent=false
+	// orders.paid: ok=true duplicate=false blocked="" permanent=false
+	// invoices.sent: ok=false duplicate=false blocked="invoices.sent" permanent=false
+	// orders.created: ok=false duplicate=true blocked="" permanent=false
 }

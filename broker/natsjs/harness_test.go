@@ -186,9 +186,16 @@ func decode(t *testing.T, m jetstream.Msg) brokertest.Received {
 }
 
 // restart shuts the server down and starts a new one on the same port with
-// the same JetStream directory. (testenv has no restart; this mirrors the
-// options of testenv.StartNATS.)
+// the same JetStream directory.
 func (b *broker) restart(t *testing.T) {
+	t.Helper()
+	b.stop(t)(t)
+}
+
+// stop shuts the server down and returns a function that starts a new one
+// on the same port with the same JetStream directory. (testenv has no
+// restart; this mirrors the options of testenv.StartNATS.)
+func (b *broker) stop(t *testing.T) (start func(t *testing.T)) {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -197,27 +204,32 @@ func (b *broker) restart(t *testing.T) {
 	storeDir := filepath.Dir(old.StoreDir()) // StoreDir() ends with "/jetstream"
 	old.Shutdown()
 	old.WaitForShutdown()
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "testenv",
-		Host:       "127.0.0.1",
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   storeDir,
-		NoLog:      true,
-		NoSigs:     true,
-	})
-	if err != nil {
-		t.Fatalf("restart NATS: %v", err)
+	return func(t *testing.T) {
+		t.Helper()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		srv, err := server.NewServer(&server.Options{
+			ServerName: "testenv",
+			Host:       "127.0.0.1",
+			Port:       port,
+			JetStream:  true,
+			StoreDir:   storeDir,
+			NoLog:      true,
+			NoSigs:     true,
+		})
+		if err != nil {
+			t.Fatalf("restart NATS: %v", err)
+		}
+		srv.Start()
+		t.Cleanup(func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		})
+		if !srv.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("restarted NATS server not ready on port %d", port)
+		}
+		b.srv = srv
 	}
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("restarted NATS server not ready on port %d", port)
-	}
-	b.srv = srv
 }
 
 func TestConformance(t *testing.T) {
@@ -231,6 +243,7 @@ func TestConformance(t *testing.T) {
 			MissingTopic: func(t *testing.T) string { return fmt.Sprintf("missing.%s", testenv.Name(t)) },
 			Read:         b.read,
 			Restart:      b.restart,
+			Stop:         b.stop,
 			MaxPayload:   int(b.nc.MaxPayload()),
 			Dedup:        true,
 		}

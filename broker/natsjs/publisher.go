@@ -91,26 +91,31 @@ func (o Options) validate() error {
 // Publisher publishes outbox messages to NATS JetStream. It implements
 // [outbox.Publisher]: it sends each batch fully pipelined with
 // asynchronous publishes, waits for every acknowledgement, and returns one
-// result per message. It never retries; it marks with [outbox.Permanent] the
-// failures that retrying cannot fix.
+// result per message. It never retries; it classifies each failure as
+// [outbox.Permanent] (the message can never be stored), [outbox.Blocked]
+// (the destination or the server is unusable, or the outcome is unknown)
+// or retryable (see Publish).
 //
 // Each message goes to subject SubjectPrefix+Topic with these headers, plus
 // the message's own:
 //
 //   - Nats-Msg-Id and Outbox-Id: Message.ID. JetStream drops a message whose
 //     ID it has stored within the stream's Duplicates window (two minutes by
-//     default) and acknowledges it as a duplicate, which Publish counts as
-//     success, so a message re-published after a lost acknowledgement is
-//     stored once.
+//     default) and acknowledges it as a duplicate, which Publish reports
+//     with an error wrapping [outbox.ErrDuplicate] (the relay counts it as
+//     delivered, and logs it), so a message re-published after a lost
+//     acknowledgement is stored once, and a new message that reuses an ID
+//     does not vanish unnoticed.
 //   - Outbox-Key: Message.Key, when not empty.
 //   - Outbox-Created-At: Message.CreatedAt, RFC 3339 with nanoseconds, UTC.
 //
 // A Publisher is safe for concurrent use.
 type Publisher struct {
-	js   jetstream.JetStream
-	nc   *nats.Conn // owned connection (Dial), or nil (New)
-	opts Options
-	sem  chan struct{} // one token per message awaited, shared by all calls
+	js     jetstream.JetStream
+	nc     *nats.Conn // owned connection (Dial), or nil (New)
+	opts   Options
+	sem    chan struct{} // one token per message awaited, shared by all calls
+	denied *denials      // permission violations the server reported (Dial)
 
 	mu     sync.Mutex
 	closed bool
@@ -130,12 +135,15 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js, opts: opts, sem: make(chan struct{}, opts.MaxInFlight)}, nil
+	return &Publisher{js: js, opts: opts, sem: make(chan struct{}, opts.MaxInFlight), denied: &denials{}}, nil
 }
 
 // Dial connects to the NATS server(s) at url (comma-separated URLs for a
 // cluster) and returns a Publisher that owns the connection; Close drains
-// and closes it. By default the connection reconnects forever and reports
+// and closes it. By default the connection reconnects forever, keeps no
+// reconnect buffer (nats.ReconnectBufSize(-1): a publish made while
+// disconnected fails at once, for certain, instead of being sent after
+// the reconnection while its acknowledgement is reported lost), and reports
 // its events to opts.Logger instead of standard error; natsOpts are applied
 // after those defaults and may override them. If no server can be reached,
 // the error names url (with any password redacted).
@@ -145,10 +153,13 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 		return nil, err
 	}
 	log := opts.Logger.With("url", redact.URL(url))
+	denied := &denials{}
 	all := append([]nats.Option{
 		nats.Name("outbox-relay"),
 		nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(-1),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			denied.note(err)
 			if sub != nil {
 				log.Warn("natsjs: asynchronous error", "subject", sub.Subject, "err", err)
 				return
@@ -190,6 +201,7 @@ func Dial(url string, opts Options, natsOpts ...nats.Option) (*Publisher, error)
 		return nil, err
 	}
 	p.nc = nc
+	p.denied = denied
 	return p, nil
 }
 
@@ -254,16 +266,27 @@ type sent struct {
 // in order, never having more than MaxInFlight messages unacknowledged
 // across all calls, then waits for every acknowledgement until ctx ends (or
 // AckTimeout passes, if ctx has no deadline). It returns one result per
-// message: nil when JetStream stored the message or acknowledged it as a
-// duplicate. When ctx ends first, Publish returns at once, with a
-// (retryable) error for every message not yet acknowledged; those may
-// still be stored. Errors are classified:
+// message: nil when JetStream stored the message, an error wrapping
+// [outbox.ErrDuplicate] when JetStream acknowledged it as a duplicate of a
+// message with the same ID stored within the stream's Duplicates window.
+// When ctx ends first, Publish returns at once, with an error for every
+// message not yet acknowledged; those may still be stored. Errors are
+// classified:
 //
-//   - no stream covers the subject, JetStream is not enabled, the message
-//     exceeds the server's max_payload or the stream's max_msg_size, the
-//     stream is sealed, the subject is invalid: permanent;
-//   - anything else (stream limits reached with DiscardNew, timeouts,
-//     disconnects, a stream that exists but did not answer): retryable.
+//   - the message itself can never be stored: it exceeds the server's
+//     max_payload or the stream's max_msg_size, its headers exceed
+//     JetStream's 64 KiB, its key or a header value would reach NATS
+//     altered (CR, LF, leading or trailing spaces: Message.Validate refuses
+//     them at Write), the subject is invalid: [outbox.Permanent];
+//   - the destination or the server is unusable, or the outcome is
+//     unknown: no stream covers the subject (or its stream did not answer),
+//     JetStream is not enabled, the stream is full with DiscardNew or
+//     sealed, the account or server is out of resources, the server refused
+//     the publish for lack of permission, the connection is down (a publish
+//     while disconnected fails at once with a Publisher made by Dial), the
+//     acknowledgement did not come in time or was lost with the connection:
+//     [outbox.Blocked] with the message's topic as destination;
+//   - anything else, and a cancelled ctx: retryable.
 //
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
@@ -301,6 +324,10 @@ func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, pending ch
 	defer close(pending)
 	for i, m := range msgs {
 		subject := p.Subject(m.Topic)
+		if err := unaltered(m); err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("natsjs: publish to %q: message %s: %w", subject, m.ID, err))
+			continue
+		}
 		if ctx.Err() != nil {
 			p.failRest(ctx, msgs[i:], errs[i:])
 			return
@@ -321,7 +348,7 @@ func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, pending ch
 		)
 		if err != nil {
 			<-p.sem
-			errs[i] = classify(subject, m, err)
+			errs[i] = p.classify(subject, m, err)
 			continue
 		}
 		pending <- sent{i, paf}
@@ -331,8 +358,21 @@ func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, pending ch
 // failRest sets the errors of messages not sent because ctx ended.
 func (p *Publisher) failRest(ctx context.Context, msgs []*outbox.Message, errs []error) {
 	for i, m := range msgs {
-		errs[i] = fmt.Errorf("natsjs: publish to %q: not sent: %w", p.Subject(m.Topic), context.Cause(ctx))
+		errs[i] = p.ended(ctx, m, "not sent")
 	}
+}
+
+// ended is the error of a message whose call ended (ctx) before its
+// acknowledgement: blocked if the deadline passed (the server is slow or
+// unreachable, for this destination at least), retryable if the call was
+// cancelled.
+func (p *Publisher) ended(ctx context.Context, m *outbox.Message, what string) error {
+	subject := p.Subject(m.Topic)
+	err := fmt.Errorf("natsjs: publish to %q: %s: %w", subject, what, context.Cause(ctx))
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return outbox.Blocked(m.Topic, p.denied.explain(subject, err))
+	}
+	return err
 }
 
 // await waits for the futures from pending, in order, sets their results
@@ -340,25 +380,39 @@ func (p *Publisher) failRest(ctx context.Context, msgs []*outbox.Message, errs [
 // results already there.
 func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, pending <-chan sent, errs []error) {
 	for s := range pending {
-		subject := p.Subject(msgs[s.index].Topic)
+		m := msgs[s.index]
+		subject := p.Subject(m.Topic)
 		var err error
 		select {
-		case <-s.paf.Ok():
+		case ack := <-s.paf.Ok():
+			err = p.acked(subject, m, ack)
 		case e := <-s.paf.Err():
-			err = classify(subject, msgs[s.index], e)
+			err = p.classify(subject, m, e)
 		case <-ctx.Done():
 			// An acknowledgement that arrived meanwhile still counts.
 			select {
-			case <-s.paf.Ok():
+			case ack := <-s.paf.Ok():
+				err = p.acked(subject, m, ack)
 			case e := <-s.paf.Err():
-				err = classify(subject, msgs[s.index], e)
+				err = p.classify(subject, m, e)
 			default:
-				err = fmt.Errorf("natsjs: publish to %q: not acknowledged (the message may be stored): %w", subject, context.Cause(ctx))
+				err = p.ended(ctx, m, "not acknowledged (the message may be stored)")
 			}
 		}
 		<-p.sem
 		errs[s.index] = err
 	}
+}
+
+// acked is the result of a message JetStream acknowledged: nil, or an error
+// wrapping outbox.ErrDuplicate if JetStream had stored its ID already.
+func (p *Publisher) acked(subject string, m *outbox.Message, ack *jetstream.PubAck) error {
+	p.denied.clear(subject)
+	if ack == nil || !ack.Duplicate {
+		return nil
+	}
+	return fmt.Errorf("%w: natsjs: publish to %q: stream %s had stored message ID %s already (sequence %d), within its Duplicates window: a retry after a lost acknowledgement, or two messages sharing an ID",
+		outbox.ErrDuplicate, subject, ack.Stream, m.ID, ack.Sequence)
 }
 
 // natsMsg builds the NATS message for m.

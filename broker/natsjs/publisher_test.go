@@ -150,23 +150,34 @@ func TestHeadersOnTheWire(t *testing.T) {
 	}
 }
 
-// TestDuplicateIsSuccessAndStoredOnce re-publishes one ID, in separate calls
-// and twice in one call: every result is nil and the stream holds it once.
-func TestDuplicateIsSuccessAndStoredOnce(t *testing.T) {
+// TestDuplicateIsReportedAndStoredOnce re-publishes one ID, in separate
+// calls and twice in one call: the first result is nil, every later one
+// wraps outbox.ErrDuplicate (and is neither permanent nor blocked), and the
+// stream holds the message once.
+func TestDuplicateIsReportedAndStoredOnce(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
 	topic := b.stream(t, func(c *jetstream.StreamConfig) { c.Duplicates = time.Minute })
 	m := msg(topic, "k", []byte("once"))
-	for range 2 {
-		if err := publish(t, p, m)[0]; err != nil {
-			t.Fatalf("re-publish: %v; want nil", err)
+	if err := publish(t, p, m)[0]; err != nil {
+		t.Fatalf("first publish: %v", err)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, outbox.ErrDuplicate) {
+			t.Fatalf("%s: %v; want an error wrapping outbox.ErrDuplicate", what, err)
+		}
+		if _, blocked := outbox.IsBlocked(err); blocked || outbox.IsPermanent(err) {
+			t.Fatalf("%s: %v is classified blocked or permanent; a duplicate is delivered", what, err)
+		}
+		if !strings.Contains(err.Error(), m.ID) || !strings.Contains(err.Error(), "sequence 1") {
+			t.Errorf("%s: %v does not name the ID and the stored sequence", what, err)
 		}
 	}
+	check("re-publish", publish(t, p, m)[0])
 	for i, err := range publish(t, p, m, m) {
-		if err != nil {
-			t.Fatalf("result %d of the same ID twice in one call: %v; want nil", i, err)
-		}
+		check(fmt.Sprintf("result %d of the same ID twice in one call", i), err)
 	}
 	info, err := b.streamOf(t, topic).Info(context.Background())
 	if err != nil {
@@ -177,9 +188,9 @@ func TestDuplicateIsSuccessAndStoredOnce(t *testing.T) {
 	}
 }
 
-// TestStreamLimitIsRetryable: a stream full with DiscardNew refuses the
-// rest of the batch with retryable errors.
-func TestStreamLimitIsRetryable(t *testing.T) {
+// TestStreamFullIsBlocked: a stream full with DiscardNew refuses the rest of
+// the batch with errors blocking the topic, not the messages.
+func TestStreamFullIsBlocked(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
@@ -198,8 +209,8 @@ func TestStreamLimitIsRetryable(t *testing.T) {
 			t.Errorf("message %d: %v; want nil", i, err)
 		case i >= 5 && err == nil:
 			t.Errorf("message %d was accepted by a full stream", i)
-		case i >= 5 && outbox.IsPermanent(err):
-			t.Errorf("message %d: %v is permanent; a full stream is retryable", i, err)
+		case i >= 5 && !isBlocked(err, topic):
+			t.Errorf("message %d: %v; want an error blocking destination %q (a full stream is no fault of the message)", i, err, topic)
 		case i >= 5 && !strings.Contains(err.Error(), "maximum messages"):
 			t.Errorf("message %d: %v; want it to say the maximum was reached", i, err)
 		}
@@ -225,13 +236,38 @@ func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 	}
 }
 
-func TestNoStreamIsPermanentAndSaysWhatToDo(t *testing.T) {
+// isBlocked reports whether err blocks destination topic (and is not
+// permanent).
+func isBlocked(err error, topic string) bool {
+	dest, ok := outbox.IsBlocked(err)
+	return ok && dest == topic && !outbox.IsPermanent(err)
+}
+
+// TestSealedStreamIsBlocked: a sealed stream blocks its topic.
+func TestSealedStreamIsBlocked(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
+	topic := b.stream(t, nil)
+	s := b.streamOf(t, topic)
+	cfg := s.CachedInfo().Config
+	cfg.Sealed = true
+	if _, err := b.js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatalf("seal stream: %v", err)
+	}
+	err := publish(t, p, msg(topic, "", []byte("x")))[0]
+	if !isBlocked(err, topic) || !strings.Contains(err.Error(), "sealed") {
+		t.Fatalf("publish to a sealed stream: %v; want an error blocking %q that says the stream is sealed", err, topic)
+	}
+}
+
+func TestNoStreamIsBlockedAndSaysWhatToDo(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
 	err := publish(t, p, msg("nowhere.to.go", "", []byte("x")))[0]
-	if !outbox.IsPermanent(err) {
-		t.Fatalf("publish without stream: %v; want permanent", err)
+	if !isBlocked(err, "nowhere.to.go") {
+		t.Fatalf("publish without stream: %v; want an error blocking destination nowhere.to.go", err)
 	}
 	for _, want := range []string{`"outbox.nowhere.to.go"`, "create a stream"} {
 		if !strings.Contains(err.Error(), want) {
@@ -252,7 +288,7 @@ func (r redirectJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (
 	return r.JetStream.PublishMsgAsync(m, opts...)
 }
 
-func TestNoResponderWithStreamIsRetryable(t *testing.T) {
+func TestNoResponderWithStreamIsBlocked(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	p, err := natsjs.New(redirectJS{b.js}, natsjs.Options{SubjectPrefix: testPrefix})
@@ -262,15 +298,15 @@ func TestNoResponderWithStreamIsRetryable(t *testing.T) {
 	defer p.Close()
 	topic := b.stream(t, nil)
 	err = publish(t, p, msg(topic, "", []byte("x")))[0]
-	if err == nil || outbox.IsPermanent(err) {
-		t.Fatalf("no responder although a stream covers the subject: %v; want a retryable error", err)
+	if !isBlocked(err, topic) {
+		t.Fatalf("no responder although a stream covers the subject: %v; want an error blocking %q", err, topic)
 	}
 	if !strings.Contains(err.Error(), "did not answer") {
 		t.Errorf("error %q does not say the stream did not answer", err)
 	}
 }
 
-func TestJetStreamDisabledIsPermanent(t *testing.T) {
+func TestJetStreamDisabledIsBlocked(t *testing.T) {
 	t.Parallel()
 	// A plain NATS server without JetStream (testenv's has JetStream).
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
@@ -288,14 +324,15 @@ func TestJetStreamDisabledIsPermanent(t *testing.T) {
 	}
 	defer p.Close()
 	err = publish(t, p, msg("orders", "", []byte("x")))[0]
-	if !outbox.IsPermanent(err) || !strings.Contains(err.Error(), "JetStream is not enabled") {
-		t.Fatalf("publish without JetStream: %v; want a permanent error saying JetStream is not enabled", err)
+	if !isBlocked(err, "orders") || !strings.Contains(err.Error(), "JetStream is not enabled") {
+		t.Fatalf("publish without JetStream: %v; want an error blocking \"orders\" saying JetStream is not enabled", err)
 	}
 }
 
 // TestAckTimeout: a plain subscriber that never answers takes the place of
 // a stream; without a deadline on ctx, Publish gives up after AckTimeout
-// with a retryable error.
+// with an error blocking the topic (the message may be stored: no attempt
+// is spent on it).
 func TestAckTimeout(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -313,8 +350,8 @@ func TestAckTimeout(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("Publish took %v with AckTimeout 200ms", took)
 	}
-	if errs[0] == nil || outbox.IsPermanent(errs[0]) {
-		t.Fatalf("unanswered publish: %v; want a retryable error", errs[0])
+	if !isBlocked(errs[0], "silent") {
+		t.Fatalf("unanswered publish: %v; want an error blocking \"silent\"", errs[0])
 	}
 	if !errors.Is(errs[0], context.DeadlineExceeded) && !errors.Is(errs[0], jetstream.ErrAsyncPublishTimeout) {
 		t.Errorf("unanswered publish: %v; want a timeout", errs[0])
@@ -446,4 +483,121 @@ func TestCloseWaitsForPublish(t *testing.T) {
 		t.Fatalf("%d messages acknowledged, %d stored", acked, info.State.Msgs)
 	}
 	t.Logf("%d of %d acknowledged before Close", acked, len(msgs))
+}
+
+// TestCancelledIsRetryableNotBlocked: a call cancelled (not timed out)
+// leaves its messages retryable: the destination did nothing wrong.
+func TestCancelledIsRetryableNotBlocked(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix})
+	topic := b.stream(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := p.Publish(ctx, []*outbox.Message{msg(topic, "", []byte("x"))})[0]
+	if err == nil || outbox.IsPermanent(err) {
+		t.Fatalf("cancelled publish: %v; want a retryable error", err)
+	}
+	if _, blocked := outbox.IsBlocked(err); blocked {
+		t.Fatalf("cancelled publish: %v blocks the destination; a cancellation says nothing about it", err)
+	}
+}
+
+// TestPublishWhileDisconnectedFailsForCertain: with the server down, a
+// publish fails at once and blocks its topic, and the message is not sent
+// after the reconnection (no reconnect buffer): the failure is certain,
+// never "maybe stored". Only the message published after the restart is
+// in the stream.
+func TestPublishWhileDisconnectedFailsForCertain(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	p := b.dial(t, natsjs.Options{SubjectPrefix: testPrefix, AckTimeout: 2 * time.Second})
+	topic := b.stream(t, nil)
+	before := msg(topic, "k", []byte("before"))
+	if err := publish(t, p, before)[0]; err != nil {
+		t.Fatal(err)
+	}
+	start := b.stop(t)
+	down := []*outbox.Message{msg(topic, "k1", []byte("down 1")), msg(topic, "k2", []byte("down 2"))}
+	for i, err := range publish(t, p, down...) {
+		if !isBlocked(err, topic) {
+			t.Fatalf("message %d published with the server down: %v; want an error blocking %q", i, err, topic)
+		}
+	}
+	start(t)
+	// Publish until one goes through (the client reconnects on its own).
+	var after *outbox.Message
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		after = msg(topic, "k", []byte("after"))
+		err := publish(t, p, after)[0]
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publishing still fails 30s after the restart: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	}
+	got := b.read(t, topic, 2)
+	if got[0].ID != before.ID {
+		t.Fatalf("first stored message %s; want %s", got[0].ID, before.ID)
+	}
+	for _, m := range down {
+		if got[1].ID == m.ID {
+			t.Fatalf("message %s, reported failed while the server was down, was stored after the reconnection", m.ID)
+		}
+	}
+	if got[1].ID != after.ID {
+		t.Fatalf("second stored message %s; want %s", got[1].ID, after.ID)
+	}
+}
+
+// TestPermissionViolationIsBlocked: the server drops a publish the user may
+// not make and says so asynchronously; the publish blocks its topic (after
+// AckTimeout) and the error carries the server's reason.
+func TestPermissionViolationIsBlocked(t *testing.T) {
+	t.Parallel()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{{
+			Username: "relay", Password: "pw",
+			Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{testPrefix + "secret.>"}},
+			},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	url := fmt.Sprintf("nats://relay:pw@%s", srv.Addr())
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ALL", Subjects: []string{testPrefix + ">"}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := natsjs.Dial(url, natsjs.Options{SubjectPrefix: testPrefix, AckTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	errs := p.Publish(context.Background(), []*outbox.Message{msg("open.door", "", []byte("ok")), msg("secret.door", "", []byte("no"))})
+	if errs[0] != nil {
+		t.Fatalf("allowed subject: %v", errs[0])
+	}
+	if !isBlocked(errs[1], "secret.door") {
+		t.Fatalf("denied subject: %v; want an error blocking secret.door", errs[1])
+	}
+	if !strings.Contains(strings.ToLower(errs[1].Error()), "permissions violation") {
+		t.Errorf("denied subject: %v does not carry the server's permissions violation", errs[1])
+	}
 }

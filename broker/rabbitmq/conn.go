@@ -73,7 +73,7 @@ func (s *session) gone() bool {
 // kill closes the TCP connection at once, without the AMQP closing
 // handshake: used when the connection looks stuck (a write that does not
 // return, confirms that never come). Everything in flight on it fails with
-// a retryable error.
+// an error blocking its topic.
 func (s *session) kill() {
 	_ = s.raw.Close()
 }

@@ -10,8 +10,10 @@
 //     queues, it is on disk (for quorum queues, on a majority of nodes).
 //   - Unroutable is a failure. Messages are published with the mandatory
 //     flag; a message no queue is bound for is returned by the broker
-//     (basic.return, which the broker sends before its basic.ack) and fails
-//     permanently, naming the exchange and routing key. Returns are matched
+//     (basic.return, which the broker sends before its basic.ack) and
+//     blocks its topic (outbox.Blocked: the relay pauses the topic, spends
+//     no attempt and dead-letters nothing until a queue is bound), naming
+//     the exchange and routing key. Returns are matched
 //     to messages by message-id, and a message's result is only decided
 //     after every return the broker sent before its confirm has been seen.
 //   - One result per message, in a batch published pipelined on one
@@ -20,9 +22,11 @@
 //   - Bounded: at most Options.MaxInFlight messages await a confirm across
 //     all calls; a call ends when its context does (or after
 //     Options.PublishTimeout without a deadline), abandoning the confirms it
-//     still waits for with retryable errors.
+//     still waits for with errors blocking their topics (retryable if the
+//     context was cancelled rather than timed out).
 //   - Recovery: when the connection drops (a broker restart), the messages
-//     awaiting a confirm fail with retryable errors and the next Publish
+//     awaiting a confirm fail with errors blocking their topics (their
+//     outcome is unknown: the relay spends no attempt) and the next Publish
 //     dials again, with exponential backoff between failed attempts. The
 //     relay retries; messages confirmed before the drop are not lost.
 //

@@ -13,8 +13,9 @@ import (
 )
 
 // Publish a batch to the "outbox" topic exchange, including a message whose
-// routing key no queue is bound for: the broker returns it, so it fails
-// permanently, and the relay dead-letters it.
+// routing key no queue is bound for: the broker returns it, so it blocks its
+// topic (the relay pauses the topic, spends no attempt and dead-letters
+// nothing, until a queue is bound).
 func ExampleDial() {
 	url, err := testenv.SharedRabbitMQ() // a RabbitMQ node for the tests
 	if err != nil {
@@ -50,10 +51,11 @@ func ExampleDial() {
 		{ID: outbox.NewID(), Topic: "invoices.sent", Key: "order-3", Payload: []byte(`{"id":1}`)},
 	}
 	for i, err := range p.Publish(ctx, msgs) {
-		fmt.Printf("%s: ok=%v permanent=%v\n", msgs[i].Topic, err == nil, outbox.IsPermanent(err))
+		blocked, _ := outbox.IsBlocked(err)
+		fmt.Printf("%s: ok=%v blocked=%q permanent=%v\n", msgs[i].Topic, err == nil, blocked, outbox.IsPermanent(err))
 	}
 	// Output:
-	// orders.created: ok=true permanent=false
-	// orders.paid: ok=true permanent=false
-	// invoices.sent: ok=false permanent=true
+	// orders.created: ok=true blocked="" permanent=false
+	// orders.paid: ok=true blocked="" permanent=false
+	// invoices.sent: ok=false blocked="invoices.sent" permanent=false
 }

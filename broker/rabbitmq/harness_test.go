@@ -203,7 +203,11 @@ func harness(queueType string) func(t *testing.T) brokertest.Harness {
 				}
 				return out
 			},
-			Restart:    func(t *testing.T) { testenv.RestartRabbitMQ(t) },
+			Restart: func(t *testing.T) { testenv.RestartRabbitMQ(t) },
+			Stop: func(t *testing.T) func(t *testing.T) {
+				resume := testenv.PauseRabbitMQ(t)
+				return func(t *testing.T) { resume(t) }
+			},
 			MaxPayload: testMaxMessageSize,
 		}
 	}

@@ -82,8 +82,8 @@ type Options struct {
 	Transient bool
 	// AllowUnroutable accepts messages that no queue receives. By default
 	// messages are published with the mandatory flag and a message that the
-	// broker returns as unroutable fails permanently, naming the exchange
-	// and routing key.
+	// broker returns as unroutable blocks its topic (outbox.Blocked),
+	// naming the exchange and routing key.
 	AllowUnroutable bool
 
 	// MaxInFlight bounds the messages published and not yet confirmed,
@@ -116,7 +116,7 @@ type Options struct {
 	// ReconnectBackoff and ReconnectBackoffMax bound the wait between two
 	// failed connection attempts (defaults ReconnectBackoffDefault and
 	// ReconnectBackoffMaxDefault). While waiting, Publish fails at once
-	// with a retryable error.
+	// with errors blocking the messages' topics.
 	ReconnectBackoff    time.Duration
 	ReconnectBackoffMax time.Duration
 	// TLS configures amqps:// connections (default: the system roots and

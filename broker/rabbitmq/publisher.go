@@ -28,8 +28,10 @@ const closeTimeout = 5 * time.Second
 // Publisher publishes outbox messages to a RabbitMQ exchange with publisher
 // confirms. It implements [outbox.Publisher]: each batch is published
 // pipelined on one channel, and Publish returns one result per message once
-// the broker has confirmed (or refused) each. It never retries; it marks
-// with [outbox.Permanent] the failures that retrying cannot fix.
+// the broker has confirmed (or refused) each. It never retries; it
+// classifies each failure as [outbox.Permanent] (the message can never be
+// published), [outbox.Blocked] (the destination or the broker is unusable,
+// or the outcome unknown) or retryable (see Publish).
 //
 // Each message is published to Options.Exchange with routing key
 // Options.RoutingKey(Topic), the mandatory flag (unless AllowUnroutable),
@@ -46,9 +48,9 @@ const closeTimeout = 5 * time.Second
 //     nanoseconds, UTC).
 //
 // The Publisher owns one connection. When it is lost (a broker restart, a
-// network failure), the messages awaiting a confirm fail with retryable
-// errors, and the next Publish call dials again; after a failed attempt,
-// calls fail at once with a retryable error until the backoff
+// network failure), the messages awaiting a confirm fail with errors
+// blocking their topics, and the next Publish call dials again; after a
+// failed attempt, calls fail at once (blocked) until the backoff
 // (ReconnectBackoff, doubling up to ReconnectBackoffMax) has passed.
 //
 // A Publisher is safe for concurrent use.
@@ -224,17 +226,23 @@ func (p *Publisher) channel(ctx context.Context) (*session, *channel, error) {
 // unconfirmed across all calls, then waits for every confirm until ctx ends
 // (or PublishTimeout passes, if ctx has no deadline). It returns one result
 // per message: nil when the broker confirmed the message and did not return
-// it as unroutable. When ctx ends first, Publish returns promptly with a
-// retryable error for every message not yet confirmed; those may still be
-// delivered. Errors are classified:
+// it as unroutable. When ctx ends first, Publish returns promptly with an
+// error for every message not yet confirmed; those may still be delivered.
+// Errors are classified:
 //
-//   - unroutable (returned by the broker: no queue bound for the routing
-//     key), a body over MaxMessageSize, headers too large for an AMQP frame,
-//     a routing key out of range, a missing exchange with PassiveExchange,
-//     an access refusal: permanent;
-//   - anything else (a negative confirm, the connection or channel lost
-//     before the confirm, no connection, publishers blocked by a broker
-//     alarm, timeouts): retryable.
+//   - the message itself can never be published: a body over
+//     MaxMessageSize, headers too large for an AMQP frame, a routing key out
+//     of range: [outbox.Permanent];
+//   - the destination or the broker is unusable, or the outcome unknown:
+//     unroutable (returned by the broker, NO_ROUTE 312: no queue bound for
+//     the routing key), a missing exchange (NOT_FOUND 404), an access
+//     refusal (ACCESS_REFUSED 403), a negative confirm (a queue full with
+//     overflow reject-publish, or an internal error), the connection or
+//     channel lost before the confirm, no connection, publishers blocked by
+//     a broker alarm, no confirm by ctx's deadline: [outbox.Blocked] with
+//     the message's topic as destination;
+//   - anything else (the broker closing the channel with
+//     PRECONDITION_FAILED, a cancelled ctx): retryable.
 //
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
@@ -258,7 +266,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 
 	s, c, err := p.channel(ctx)
 	if err != nil {
-		return outbox.FillErrors(len(msgs), err)
+		for i, m := range msgs {
+			errs[i] = p.blockedUnlessCancelled(ctx, m, err)
+		}
+		return errs
 	}
 
 	// Build every publishing first: the failures found here are the
@@ -308,7 +319,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 	}
 	failRest := func(err error) {
 		for _, in := range batch[sent:] {
-			errs[in.index] = err
+			errs[in.index] = p.blockedUnlessCancelled(ctx, msgs[in.index], err)
 		}
 		sent = len(batch)
 	}
@@ -351,7 +362,11 @@ publishing:
 		if err != nil {
 			<-p.sem
 			if c.closed() || errors.Is(err, amqp.ErrClosed) {
-				failRest(p.channelLost(c, "not sent"))
+				lost := p.channelLost(c, "not sent")
+				for _, in := range batch[sent:] {
+					errs[in.index] = p.lostError(msgs[in.index], lost)
+				}
+				sent = len(batch)
 				break
 			}
 			errs[in.index] = fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not sent: %w", p.opts.Exchange, in.routingKey, err)
@@ -389,8 +404,8 @@ publishing:
 				errs[in.index] = p.result(c, in, msgs[in.index])
 				<-p.sem
 			default:
-				errs[in.index] = fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not confirmed (the message may still be delivered): %w",
-					p.opts.Exchange, in.routingKey, context.Cause(ctx))
+				errs[in.index] = p.blockedUnlessCancelled(ctx, msgs[in.index], fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not confirmed (the message may still be delivered): %w",
+					p.opts.Exchange, in.routingKey, context.Cause(ctx)))
 				rest = append(rest, in)
 			}
 		}
@@ -428,22 +443,22 @@ func (p *Publisher) collect(s *session, c *channel, rest []*inflight) {
 func (p *Publisher) result(c *channel, in *inflight, m *outbox.Message) error {
 	c.collectReturns()
 	if r := c.returnOf(in); r != nil {
-		return outbox.Permanent(fmt.Errorf("rabbitmq: message %s of topic %q is unroutable: exchange %q has no queue bound for routing key %q (%d %s); bind a queue to the exchange for this routing key, or map the topic to another routing key",
+		return outbox.Blocked(m.Topic, fmt.Errorf("rabbitmq: message %s of topic %q is unroutable: exchange %q has no queue bound for routing key %q (%d %s); bind a queue to the exchange for this routing key, or map the topic to another routing key",
 			m.ID, m.Topic, p.opts.Exchange, in.routingKey, r.ReplyCode, r.ReplyText))
 	}
 	if in.dc.Acked() {
 		return nil
 	}
 	if c.closed() {
-		return p.channelLost(c, "not confirmed (the message may still be delivered)")
+		return p.lostError(m, p.channelLost(c, "not confirmed (the message may still be delivered)"))
 	}
-	return fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: the broker refused the message (basic.nack: an internal error, or a queue full with overflow reject-publish); retry later",
-		p.opts.Exchange, in.routingKey)
+	return outbox.Blocked(m.Topic, fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: the broker refused the message (basic.nack: a queue full with overflow reject-publish, or an internal error); let consumers catch up or raise the queue's max-length",
+		p.opts.Exchange, in.routingKey))
 }
 
-// channelLost is the error of the messages in flight on c when it closed.
-// It is permanent only when retrying cannot help: the exchange is missing
-// and the Publisher does not declare it, or the user lacks a permission.
+// channelLost is the error of the messages in flight on c when it closed,
+// with advice when the cause is known: the exchange is missing, or the user
+// lacks a permission.
 func (p *Publisher) channelLost(c *channel, what string) error {
 	cause := c.closeErr()
 	err := fmt.Errorf("rabbitmq: publish to exchange %q: %s: channel closed: %w", p.opts.Exchange, what, cause)
@@ -451,12 +466,38 @@ func (p *Publisher) channelLost(c *channel, what string) error {
 	if errors.As(cause, &ae) {
 		switch {
 		case ae.Code == amqp.NotFound && p.opts.PassiveExchange:
-			return outbox.Permanent(fmt.Errorf("%w; declare exchange %q, or unset PassiveExchange", err, p.opts.Exchange))
+			return fmt.Errorf("%w; declare exchange %q, or unset PassiveExchange", err, p.opts.Exchange)
+		case ae.Code == amqp.NotFound:
+			return fmt.Errorf("%w; the exchange was deleted: the next channel declares it again", err)
 		case ae.Code == amqp.AccessRefused:
-			return outbox.Permanent(fmt.Errorf("%w; grant the user the write permission on exchange %q", err, p.opts.Exchange))
+			return fmt.Errorf("%w; grant the user the write permission on exchange %q", err, p.opts.Exchange)
 		}
 	}
 	return err
+}
+
+// lostError classifies err, the loss of m's channel or connection: retryable
+// if the broker closed the channel over a precondition (something about
+// what was sent), else blocking m's topic (the exchange missing, access
+// refused, the connection lost: the destination or the broker, and m's
+// outcome unknown).
+func (p *Publisher) lostError(m *outbox.Message, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		return err
+	}
+	return outbox.Blocked(m.Topic, err)
+}
+
+// blockedUnlessCancelled classifies err, a failure to publish or confirm m
+// that is not the message's doing (no connection, publishers blocked, the
+// deadline passed): blocking m's topic, unless ctx was cancelled, which says
+// nothing about the broker: then retryable.
+func (p *Publisher) blockedUnlessCancelled(ctx context.Context, m *outbox.Message, err error) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return err
+	}
+	return outbox.Blocked(m.Topic, err)
 }
 
 // check returns the permanent error of a message that cannot be published.

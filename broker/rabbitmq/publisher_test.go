@@ -16,11 +16,19 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
-// TestUnroutableFailsPermanently: with the mandatory flag, a message that no
-// queue receives is returned by the broker and fails permanently, naming
-// exchange, routing key and topic, while the broker confirms it; the other
-// messages of the batch succeed.
-func TestUnroutableFailsPermanently(t *testing.T) {
+// isBlocked reports whether err blocks destination topic (and is not
+// permanent).
+func isBlocked(err error, topic string) bool {
+	dest, ok := outbox.IsBlocked(err)
+	return ok && dest == topic && !outbox.IsPermanent(err)
+}
+
+// TestUnroutableIsBlocked: with the mandatory flag, a message that no queue
+// receives is returned by the broker and blocks its topic (no binding is a
+// fault of the destination, not of the message), naming exchange, routing
+// key and topic, while the broker confirms it; the other messages of the
+// batch succeed.
+func TestUnroutableIsBlocked(t *testing.T) {
 	exchange := "ex_" + testenv.Name(t)
 	p := dial(t, rabbitmq.Options{
 		Exchange:   exchange,
@@ -40,8 +48,8 @@ func TestUnroutableFailsPermanently(t *testing.T) {
 	if errs[0] != nil || errs[2] != nil {
 		t.Fatalf("routable messages failed: %v, %v", errs[0], errs[2])
 	}
-	if !outbox.IsPermanent(errs[1]) {
-		t.Fatalf("unroutable message: got %v; want a permanent error", errs[1])
+	if !isBlocked(errs[1], "unbound") {
+		t.Fatalf("unroutable message: got %v; want an error blocking \"unbound\"", errs[1])
 	}
 	errorContains(t, errs[1], "unroutable", strconv.Quote(exchange), `"rk.unbound"`, `"unbound"`, "NO_ROUTE")
 
@@ -86,8 +94,8 @@ func TestReturnsMatchedUnderConcurrency(t *testing.T) {
 					switch {
 					case msgs[i].Topic == topic && err != nil:
 						t.Errorf("goroutine %d batch %d: routable message %d failed: %v", g, b, i, err)
-					case msgs[i].Topic == missing && !outbox.IsPermanent(err):
-						t.Errorf("goroutine %d batch %d: unroutable message %d: got %v; want a permanent error", g, b, i, err)
+					case msgs[i].Topic == missing && !isBlocked(err, missing):
+						t.Errorf("goroutine %d batch %d: unroutable message %d: got %v; want an error blocking its topic", g, b, i, err)
 					case msgs[i].Topic == topic:
 						mu.Lock()
 						routed++
@@ -170,9 +178,10 @@ func TestTransient(t *testing.T) {
 	}
 }
 
-// TestNackIsRetryable: a queue full with overflow reject-publish makes the
-// broker nack; that is a retryable failure of those messages only.
-func TestNackIsRetryable(t *testing.T) {
+// TestNackIsBlocked: a queue full with overflow reject-publish makes the
+// broker nack; that blocks the topic (the queue, not the message, is at
+// fault) for those messages only.
+func TestNackIsBlocked(t *testing.T) {
 	p := dial(t, rabbitmq.Options{})
 	topic := "rmq." + testenv.Name(t)
 	queueFor(t, "classic", rabbitmq.ExchangeDefault, topic, amqp.Table{"x-max-length": int32(2), "x-overflow": "reject-publish"})
@@ -183,8 +192,8 @@ func TestNackIsRetryable(t *testing.T) {
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatalf("the first two messages fit in the queue but failed: %v, %v", errs[0], errs[1])
 	}
-	if errs[2] == nil || outbox.IsPermanent(errs[2]) {
-		t.Fatalf("the third message: got %v; want a retryable error", errs[2])
+	if !isBlocked(errs[2], topic) {
+		t.Fatalf("the third message: got %v; want an error blocking %q", errs[2], topic)
 	}
 	errorContains(t, errs[2], "nack")
 }
@@ -220,8 +229,8 @@ func TestMaxInFlightSmallerThanBatch(t *testing.T) {
 }
 
 // TestExchangeDeletedIsRedeclared: with the exchange declared by the
-// Publisher, deleting it makes in-flight publishes fail (retryably) at
-// worst, and the Publisher declares it again on its next channel.
+// Publisher, deleting it makes in-flight publishes fail (blocking their
+// topic) at worst, and the Publisher declares it again on its next channel.
 func TestExchangeDeletedIsRedeclared(t *testing.T) {
 	exchange := "ex_" + testenv.Name(t)
 	p := dial(t, rabbitmq.Options{Exchange: exchange, Channels: 1})
@@ -230,16 +239,16 @@ func TestExchangeDeletedIsRedeclared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Open the channel (the message is unroutable: no queue yet).
-	if errs := p.Publish(ctx, []*outbox.Message{newMessage("rmq.nothing", "", "x")}); !outbox.IsPermanent(errs[0]) {
-		t.Fatalf("publish with no queue bound: got %v; want a permanent error", errs[0])
+	if errs := p.Publish(ctx, []*outbox.Message{newMessage("rmq.nothing", "", "x")}); !isBlocked(errs[0], "rmq.nothing") {
+		t.Fatalf("publish with no queue bound: got %v; want an error blocking rmq.nothing", errs[0])
 	}
 	deleteExchange(t, exchange)
 
-	// Publishing to a deleted exchange closes the channel (404): a
-	// retryable error, as the Publisher will declare it again.
+	// Publishing to a deleted exchange closes the channel (404): the topic
+	// is blocked until the Publisher declares the exchange again.
 	errs := p.Publish(ctx, []*outbox.Message{newMessage(topic, "", "y")})
-	if errs[0] == nil || outbox.IsPermanent(errs[0]) {
-		t.Fatalf("publish to the deleted exchange: got %v; want a retryable error", errs[0])
+	if !isBlocked(errs[0], topic) {
+		t.Fatalf("publish to the deleted exchange: got %v; want an error blocking %q", errs[0], topic)
 	}
 	errorContains(t, errs[0], "NOT_FOUND", exchange)
 	// The next call opens a new channel, which declares the exchange.
@@ -253,7 +262,8 @@ func TestExchangeDeletedIsRedeclared(t *testing.T) {
 }
 
 // TestPassiveExchange: with PassiveExchange the exchange must exist (Dial
-// says so), and if it disappears the messages fail permanently.
+// says so), and if it disappears the messages block their topic (NOT_FOUND
+// 404) until it exists again.
 func TestPassiveExchange(t *testing.T) {
 	exchange := "ex_" + testenv.Name(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -276,8 +286,8 @@ func TestPassiveExchange(t *testing.T) {
 
 	deleteExchange(t, exchange)
 	errs := p.Publish(ctx, []*outbox.Message{newMessage("any.topic", "", "lost")})
-	if !outbox.IsPermanent(errs[0]) {
-		t.Fatalf("publish to a deleted passive exchange: got %v; want a permanent error", errs[0])
+	if !isBlocked(errs[0], "any.topic") {
+		t.Fatalf("publish to a deleted passive exchange: got %v; want an error blocking any.topic", errs[0])
 	}
 	errorContains(t, errs[0], strconv.Quote(exchange), "PassiveExchange")
 }
@@ -409,8 +419,8 @@ func deleteExchange(t testing.TB, name string) {
 }
 
 // TestBlockedByAlarm: while a memory alarm blocks publishers, Publish fails
-// at once with a retryable error (or, for messages written before the
-// broker's notification arrived, at its deadline); once the alarm clears,
+// at once with an error blocking the topic (or, for messages written before
+// the broker's notification arrived, at its deadline); once the alarm clears,
 // publishing works again and nothing confirmed is lost.
 func TestBlockedByAlarm(t *testing.T) {
 	p := dial(t, rabbitmq.Options{Channels: 1})
@@ -445,8 +455,8 @@ func TestBlockedByAlarm(t *testing.T) {
 		if err == nil {
 			confirmed = append(confirmed, m.ID) // the alarm is not in force yet
 		} else if strings.Contains(err.Error(), "blocks publishers") {
-			if outbox.IsPermanent(err) {
-				t.Fatalf("blocked: got a permanent error %v", err)
+			if !isBlocked(err, topic) {
+				t.Fatalf("blocked by the alarm: got %v; want an error blocking %q", err, topic)
 			}
 			if elapsed > 1500*time.Millisecond { // well before the 2 s deadline
 				t.Errorf("Publish took %v to report that the broker blocks publishers; want at once", elapsed)
@@ -485,4 +495,34 @@ func TestBlockedByAlarm(t *testing.T) {
 			delete(remaining, d.MessageId)
 		}
 	}
+}
+
+// TestAccessRefusedIsBlocked: a user who may declare the exchange but not
+// write to it gets ACCESS_REFUSED (403) when publishing: that blocks the
+// topic (a permission is the destination's business, not the message's),
+// and the error says what to grant.
+func TestAccessRefusedIsBlocked(t *testing.T) {
+	user := "u_" + testenv.Name(t)
+	testenv.RabbitMQCtl(t, "add_user", user, "pw")
+	t.Cleanup(func() { testenv.RabbitMQCtl(t, "delete_user", user) })
+	// configure: everything; write: nothing; read: everything.
+	testenv.RabbitMQCtl(t, "set_permissions", "-p", "/", user, ".*", "^$", ".*")
+	exchange := "ex_" + testenv.Name(t)
+	t.Cleanup(func() { deleteExchange(t, exchange) })
+	url := strings.Replace(testenv.RabbitMQ(t), "guest:guest", user+":pw", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := rabbitmq.Dial(ctx, url, rabbitmq.Options{Exchange: exchange, Channels: 1})
+	if err != nil {
+		t.Fatalf("dial as a user who may configure the exchange: %v", err)
+	}
+	defer p.Close()
+	topic := "rmq." + testenv.Name(t)
+	errs := p.Publish(ctx, []*outbox.Message{newMessage(topic, "a", "1"), newMessage(topic, "b", "2")})
+	for i, err := range errs {
+		if !isBlocked(err, topic) {
+			t.Fatalf("message %d published without write permission: %v; want an error blocking %q", i, err, topic)
+		}
+	}
+	errorContains(t, errs[0], "ACCESS_REFUSED", "write permission")
 }

@@ -38,6 +38,11 @@ type AMQP[Tx any] struct {
 	// the queue's dead-letter exchange, if any) instead of the default,
 	// requeueing it for another attempt.
 	DeadLetterOnError bool
+	// Tracer, if set, traces each message (see inbox.Tracer): with
+	// outboxtrace.NewHandleTracer (package tracing/otel) the inbox
+	// transaction and the handler run in a consumer span, a child of the
+	// span that published the message. Default none.
+	Tracer inbox.Tracer
 }
 
 // Handle handles one delivery (see the package documentation for the
@@ -47,6 +52,8 @@ func (h *AMQP[Tx]) Handle(ctx context.Context, d *amqp.Delivery) (processed bool
 		return false, err
 	}
 	id := AMQPMessageID(d)
+	ctx, end := startHandle(ctx, h.Tracer, inbox.Delivery{System: "rabbitmq", Destination: d.RoutingKey, Consumer: h.Consumer, MessageID: id, Headers: amqpHeaders(d.Headers)})
+	defer func() { end(processed, err) }()
 	if id == "" {
 		return false, noID(fmt.Sprintf("AMQP delivery %d from exchange %q, routing key %q (no message-id, no %s header)", d.DeliveryTag, d.Exchange, d.RoutingKey, outbox.HeaderID), d.Reject(false))
 	}

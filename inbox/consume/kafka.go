@@ -45,6 +45,11 @@ type Kafka[Tx any] struct {
 	// Marker marks handled records for commit: the *kgo.Client, created
 	// with kgo.AutoCommitMarks. Required.
 	Marker Marker
+	// Tracer, if set, traces each message (see inbox.Tracer): with
+	// outboxtrace.NewHandleTracer (package tracing/otel) the inbox
+	// transaction and the handler run in a consumer span, a child of the
+	// span that published the message. Default none.
+	Tracer inbox.Tracer
 }
 
 // Handle handles one record (see the package documentation for the
@@ -58,6 +63,8 @@ func (h *Kafka[Tx]) Handle(ctx context.Context, rec *kgo.Record) (processed bool
 		return false, fmt.Errorf("consume: Kafka.Marker is nil: set it to the *kgo.Client (with kgo.AutoCommitMarks)")
 	}
 	id := KafkaMessageID(rec)
+	ctx, end := startHandle(ctx, h.Tracer, inbox.Delivery{System: "kafka", Destination: rec.Topic, Consumer: h.Consumer, MessageID: id, Headers: kafkaHeaders(rec.Headers)})
+	defer func() { end(processed, err) }()
 	if id == "" {
 		h.Marker.MarkCommitRecords(rec)
 		return false, noID(fmt.Sprintf("Kafka record %s/%d@%d (no %s header)", rec.Topic, rec.Partition, rec.Offset, outbox.HeaderID), nil)

@@ -37,6 +37,11 @@ type NATS[Tx any] struct {
 	// NakDelay, if positive, asks JetStream to redeliver a failed message
 	// after this delay (NakWithDelay); zero naks for immediate redelivery.
 	NakDelay time.Duration
+	// Tracer, if set, traces each message (see inbox.Tracer): with
+	// outboxtrace.NewHandleTracer (package tracing/otel) the inbox
+	// transaction and the handler run in a consumer span, a child of the
+	// span that published the message. Default none.
+	Tracer inbox.Tracer
 }
 
 // Handle handles one message (see the package documentation for the
@@ -46,6 +51,8 @@ func (h *NATS[Tx]) Handle(ctx context.Context, msg jetstream.Msg) (processed boo
 		return false, err
 	}
 	id := NATSMessageID(msg)
+	ctx, end := startHandle(ctx, h.Tracer, inbox.Delivery{System: "nats", Destination: msg.Subject(), Consumer: h.Consumer, MessageID: id, Headers: natsHeaders(msg.Headers())})
+	defer func() { end(processed, err) }()
 	if id == "" {
 		return false, noID(fmt.Sprintf("NATS message on %q (no %s or %s header)", msg.Subject(), jetstream.MsgIDHeader, outbox.HeaderID), msg.Term())
 	}

@@ -450,24 +450,36 @@ const (
 func (o StoreOptions) Validate() error {
 	if o.Schema != "" {
 		if err := checkIdentifier(o.Schema, MaxIdentifierLen); err != nil {
-			return Invalid("--schema", "%v", err)
+			return Invalid(storeOptionFlag("Schema"), "%v", err)
 		}
 	}
 	if o.TablePrefix != "" {
 		if err := checkIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
-			return Invalid("--table-prefix", "%v", err)
+			return Invalid(storeOptionFlag("TablePrefix"), "%v", err)
 		}
 	}
 	if o.Partitions < 0 || o.Partitions > outbox.MaxPartitions {
-		return Invalid("--partitions", "must be between 1 and %d (0 for the default %d), got %d", outbox.MaxPartitions, outbox.DefaultPartitions, o.Partitions)
+		return Invalid(storeOptionFlag("Partitions"), "must be between 1 and %d (0 for the default %d), got %d", outbox.MaxPartitions, outbox.DefaultPartitions, o.Partitions)
 	}
 	if o.Retention < 0 {
-		return Invalid("--retention", "must not be negative, got %v", o.Retention)
+		return Invalid(storeOptionFlag("Retention"), "must not be negative, got %v", o.Retention)
 	}
 	if o.MaxPayload < 0 {
-		return Invalid("--max-payload", "must not be negative, got %d", o.MaxPayload)
+		return Invalid(storeOptionFlag("MaxPayload"), "must not be negative, got %d", o.MaxPayload)
 	}
 	return nil
+}
+
+// storeOptionFlag names where the StoreOptions field is set, for errors:
+// its flag and its --store query parameter, such as "--table-prefix (or
+// ?prefix= in --store)".
+func storeOptionFlag(field string) string {
+	for _, p := range StoreParams {
+		if p.Field == field {
+			return fmt.Sprintf("%s (or ?%s= in %s)", p.Flag, p.Param, StoreFlag)
+		}
+	}
+	return StoreFlag
 }
 
 // Validate checks the options every broker shares.

@@ -2,6 +2,7 @@ package backends
 
 import (
 	"context"
+	"errors"
 	"net/url"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,13 +34,24 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	if _, err := pgxpool.ParseConfig(u.String()); err != nil {
 		return nil, Invalid(StoreFlag, "is not a valid PostgreSQL URL: %v; want postgres://user:password@host:5432/dbname", err)
 	}
-	s, err := postgres.Open(ctx, u.String(), postgres.Options{
+	opts := postgres.Options{
 		Schema:      o.Schema,
 		TablePrefix: o.TablePrefix,
 		Partitions:  o.Partitions,
 		MaxPayload:  o.MaxPayload,
 		Retention:   o.Retention,
-	})
+	}
+	// PostgreSQL's own limits (a prefix short enough for its index names, no
+	// system schema) are usage errors naming the flag and URL parameter, not
+	// the Go field.
+	if err := opts.Validate(); err != nil {
+		var oe *postgres.OptionError
+		if errors.As(err, &oe) {
+			return nil, Invalid(storeOptionFlag(oe.Field), "%s", oe.Reason)
+		}
+		return nil, err
+	}
+	s, err := postgres.Open(ctx, u.String(), opts)
 	if err != nil {
 		return nil, err
 	}

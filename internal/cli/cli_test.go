@@ -556,6 +556,10 @@ func TestUsageErrors(t *testing.T) {
 		{"missing store", nil, []string{"migrate"}, []string{"--store is required", "OUTBOX_STORE"}},
 		{"hostile schema", nil, []string{"migrate", "--store", pg, "--schema", `x"; DROP TABLE users; --`}, []string{"--schema", "use only letters"}},
 		{"hostile schema in URL", nil, []string{"dlq", "list", "--store", pg + "?schema=a%3Bb"}, []string{"--schema", "use only letters"}},
+		// PostgreSQL's own limits name the flag and the URL parameter too.
+		{"prefix too long for PostgreSQL", nil, []string{"migrate", "--store", pg + "?prefix=" + strings.Repeat("p", 40)}, []string{"?prefix= in --store", "--table-prefix", "is 40 bytes; the limit is 39"}},
+		{"system schema in URL", nil, []string{"migrate", "--store", pg + "?schema=information_schema"}, []string{"?schema= in --store", `"information_schema" is a system schema`}},
+		{"system schema flag", nil, []string{"status", "--store", pg, "--schema", "pg_outbox"}, []string{"--schema", `"pg_outbox" is a system schema`}},
 		{"workers 0", nil, []string{"relay", "--store", pg, "--broker", nats, "--workers", "0"}, []string{"--workers", "between 1 and 256, got 0"}},
 		{"in-flight 0", nil, []string{"relay", "--store", pg, "--broker", nats, "--in-flight", "0"}, []string{"--in-flight", "between 1 and 64, got 0"}},
 		{"ordering bogus", nil, []string{"relay", "--store", pg, "--broker", nats, "--ordering", "bogus"}, []string{"--ordering", `"key" or "none"`}},
@@ -595,6 +599,9 @@ func TestUsageErrors(t *testing.T) {
 				if !strings.Contains(r.stderr, w) {
 					t.Errorf("stderr %q lacks %q", r.stderr, w)
 				}
+			}
+			if strings.Contains(r.stderr, "Options.") {
+				t.Errorf("stderr %q names a Go field; it must name the flag or URL parameter", r.stderr)
 			}
 			if strings.Contains(r.stderr, "hunter22") {
 				t.Errorf("stderr shows the password: %q", r.stderr)

@@ -90,8 +90,8 @@ func TestBrowserOverviewBacklogFalls(t *testing.T) {
 	if got := text(t, ctx, "#this-relay"); !contains(got, "relay-a") || !contains(got, "ready") {
 		t.Errorf("this relay: %q", got)
 	}
-	if got := text(t, ctx, "#blocked"); !contains(got, "does not report blocked destinations") {
-		t.Errorf("blocked destinations of a relay without that report: %q", got)
+	if got := text(t, ctx, "#blocked"); !contains(got, "every destination takes messages") {
+		t.Errorf("blocked destinations of a relay whose destinations all work: %q", got)
 	}
 	if lines := eval[int](t, ctx, `document.querySelectorAll("polyline.s-published").length`); lines == 0 {
 		t.Error("no throughput line")

@@ -319,23 +319,37 @@ type confirmView struct {
 	Back   string
 }
 
-// handleConfirm counts what an action would touch and asks to confirm.
-func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
+// postedAction checks an action POST (read-only mode, CSRF token, a store
+// with dead letters, the form) and returns the action; on failure it has
+// answered the request.
+func (s *Server) postedAction(w http.ResponseWriter, r *http.Request) (action, outbox.DeadLetterFilter, bool) {
 	if !s.checkAction(w, r) {
-		return
+		return action{}, outbox.DeadLetterFilter{}, false
 	}
 	if s.dead == nil {
 		s.fail(w, r, http.StatusNotFound, "The %s store has no dead letters.", s.opts.StoreKind)
-		return
+		return action{}, outbox.DeadLetterFilter{}, false
 	}
 	a, f, err := s.readAction(r)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, "%v", err)
+		return action{}, outbox.DeadLetterFilter{}, false
+	}
+	return a, f, true
+}
+
+// handleConfirm counts what an action would touch and asks to confirm.
+func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
+	a, f, ok := s.postedAction(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	var n int64
+	var (
+		n   int64
+		err error
+	)
 	switch {
 	case a.Scope == "selected":
 		dls, err := s.dead.DeadLetters(ctx, outbox.DeadLetterFilter{IDs: a.IDs, Limit: len(a.IDs)})
@@ -373,16 +387,8 @@ func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
 // handleApply runs a confirmed action, logs it with who did it, and goes
 // back to the list with the result.
 func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
-	if !s.checkAction(w, r) {
-		return
-	}
-	if s.dead == nil {
-		s.fail(w, r, http.StatusNotFound, "The %s store has no dead letters.", s.opts.StoreKind)
-		return
-	}
-	a, f, err := s.readAction(r)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, "%v", err)
+	a, f, ok := s.postedAction(w, r)
+	if !ok {
 		return
 	}
 	if r.PostForm.Get("confirmed") != "yes" {
@@ -391,7 +397,10 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	var n int64
+	var (
+		n   int64
+		err error
+	)
 	if a.Op == "requeue" {
 		n, err = s.dead.Requeue(ctx, f)
 	} else {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/console"
+	"github.com/outboxrelay/outbox/internal/memstore"
 	"github.com/outboxrelay/outbox/store/sqlite"
 )
 
@@ -402,4 +403,53 @@ type countingStatus struct {
 func (c *countingStatus) Status(ctx context.Context) (*outbox.Status, error) {
 	c.n++
 	return c.Store.Status(ctx)
+}
+
+// TestStoreWithoutAbilities: what a store cannot answer is shown as such,
+// not as an error.
+func TestStoreWithoutAbilities(t *testing.T) {
+	t.Parallel()
+	h := handler(t, console.Options{Store: memstore.New(8, time.Now), StoreKind: "memory"})
+	for page, want := range map[string]string{
+		"/":                "This store cannot report its status",
+		"/partitions":      "This store cannot report its partitions",
+		"/dead-letters":    "The memory store has no dead letters",
+		"/find?q=customer": "This store cannot look messages up",
+	} {
+		resp, body := get(t, h, page)
+		if resp.StatusCode != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want 200 saying %q:\n%s", page, resp.StatusCode, want, body)
+		}
+	}
+}
+
+// blockingLive is a Live source whose relay reports blocked destinations,
+// as a relay will once it pauses destinations that cannot take messages.
+type blockingLive struct{ blocked []console.BlockedDestination }
+
+func (blockingLive) Node() string        { return "relay-b" }
+func (blockingLive) Stats() outbox.Stats { return outbox.Stats{Published: 42, Leases: 3} }
+func (blockingLive) Ready() bool         { return true }
+func (l blockingLive) BlockedDestinations() []console.BlockedDestination {
+	return l.blocked
+}
+
+func TestOverviewShowsBlockedDestinations(t *testing.T) {
+	t.Parallel()
+	since := time.Now().Add(-time.Minute)
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "orders.refunded", Reason: "nats: no stream matches subject <b>", Since: since, Waiting: 1234}}}
+	h := handler(t, console.Options{Store: liteStore(t), Live: live})
+	_, body := get(t, h, "/")
+	if !strings.Contains(body, `<tr class="blocked"><td>orders.refunded</td>`) || !strings.Contains(body, "1,234") ||
+		!strings.Contains(body, "no stream matches subject &lt;b&gt;") {
+		t.Errorf("blocked destination not shown (escaped):\n%s", body)
+	}
+	_, body = get(t, h, "/api/overview")
+	if !strings.Contains(body, `"blocked_known": true`) || !strings.Contains(body, `"destination": "orders.refunded"`) {
+		t.Errorf("JSON overview lacks the blocked destination:\n%s", body)
+	}
+	h = handler(t, console.Options{Store: liteStore(t), Live: blockingLive{}})
+	if _, body := get(t, h, "/"); !strings.Contains(body, "None: every destination takes messages.") {
+		t.Errorf("no blocked destination:\n%s", body)
+	}
 }

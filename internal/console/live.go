@@ -41,10 +41,19 @@ type BlockedDestination struct {
 // relayLive adapts an *outbox.Relay.
 type relayLive struct{ r *outbox.Relay }
 
-// RelayLive returns the Live source of a relay of this process. When the
-// relay learns to report blocked destinations (a BlockedDestinations
-// method), this adapter is where they are passed on.
+// RelayLive returns the Live source of a relay of this process, blocked
+// destinations included.
 func RelayLive(r *outbox.Relay) Live { return relayLive{r} }
+
+// BlockedDestinations passes on the relay's paused destinations.
+func (l relayLive) BlockedDestinations() []BlockedDestination {
+	bl := l.r.Blocked()
+	out := make([]BlockedDestination, len(bl))
+	for i, b := range bl {
+		out[i] = BlockedDestination{Destination: b.Destination, Reason: b.LastError, Since: b.Since, NextProbe: b.NextProbe}
+	}
+	return out
+}
 
 func (l relayLive) Node() string        { return l.r.Config().Node }
 func (l relayLive) Stats() outbox.Stats { return l.r.Stats() }

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,15 +26,9 @@ const ChromiumInstall = "apt-get install chromium (Debian's package; scripts/tes
 // needs: no background networking, component updates, sync or QUIC.
 func Browser(t testing.TB) context.Context {
 	t.Helper()
-	path := ""
-	for _, name := range chromiumNames {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		t.Fatalf("testenv: the console's browser tests need a headless Chromium, which is not installed (looked for %v on PATH): %s", chromiumNames, ChromiumInstall)
+	path, err := FindChromium()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	profile := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
@@ -65,6 +60,17 @@ func Browser(t testing.TB) context.Context {
 		t.Fatalf("testenv: start %s: %v (see %s)", path, err, filepath.Join(profile, "chromium.log"))
 	}
 	return ctx
+}
+
+// FindChromium returns the path of the Chromium on PATH, or an error that
+// says how to install it.
+func FindChromium() (string, error) {
+	for _, name := range chromiumNames {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the console's browser tests need a headless Chromium, which is not installed (looked for %v on PATH): %s", chromiumNames, ChromiumInstall)
 }
 
 // browserLog returns the file that receives the browser's output.

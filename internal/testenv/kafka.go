@@ -39,8 +39,9 @@ type KafkaCluster struct {
 	ports []int
 	opts  []kfake.Opt
 
-	mu sync.Mutex
-	c  *kfake.Cluster // nil once stopped
+	mu     sync.Mutex
+	c      *kfake.Cluster // nil once stopped or while paused
+	paused bool
 }
 
 // StartKafka starts a kfake cluster on 127.0.0.1, for use outside of tests
@@ -121,18 +122,39 @@ func (k *KafkaCluster) Cluster() *kfake.Cluster {
 // acknowledged records and idempotent-producer state survive. It returns the
 // new cluster; the old one must no longer be used.
 func (k *KafkaCluster) Restart() (*kfake.Cluster, error) {
+	if err := k.Pause(); err != nil {
+		return nil, err
+	}
+	return k.Resume()
+}
+
+// Pause closes the cluster: connections drop and nothing listens on its
+// ports until Resume; the data is saved.
+func (k *KafkaCluster) Pause() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.c == nil {
-		return nil, errors.New("testenv: kafka: cluster is stopped")
+		return errors.New("testenv: kafka: cluster is stopped or paused")
 	}
 	k.c.Close()
 	k.c = nil
+	k.paused = true
+	return nil
+}
+
+// Resume starts a paused cluster again on the same ports from the same
+// data directory, and returns the new cluster.
+func (k *KafkaCluster) Resume() (*kfake.Cluster, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.paused {
+		return nil, errors.New("testenv: kafka: cluster is not paused")
+	}
 	c, err := k.newCluster(k.ports)
 	if err != nil {
 		return nil, err
 	}
-	k.c = c
+	k.c, k.paused = c, false
 	return c, nil
 }
 
@@ -143,6 +165,7 @@ func (k *KafkaCluster) stop() error {
 		k.c.Close()
 		k.c = nil
 	}
+	k.paused = false
 	return os.RemoveAll(k.dir)
 }
 
@@ -173,17 +196,42 @@ func Kafka(t testing.TB, opts ...kfake.Opt) (seeds []string, c *kfake.Cluster) {
 	return k.Seeds(), k.Cluster()
 }
 
+// PauseKafka stops the cluster this test got from [Kafka] (see
+// [KafkaCluster.Pause]) and returns a function that starts it again on the
+// same seed addresses with the same data and returns the new cluster. It
+// calls t.Fatalf if the test has no cluster or either step fails.
+func PauseKafka(t testing.TB) (resume func(t testing.TB) *kfake.Cluster) {
+	t.Helper()
+	k := kafkaOf(t)
+	if err := k.Pause(); err != nil {
+		t.Fatalf("testenv: pause kafka: %v", err)
+	}
+	return func(t testing.TB) *kfake.Cluster {
+		t.Helper()
+		c, err := k.Resume()
+		if err != nil {
+			t.Fatalf("testenv: resume kafka: %v", err)
+		}
+		return c
+	}
+}
+
+func kafkaOf(t testing.TB) *KafkaCluster {
+	t.Helper()
+	v, ok := kafkaByTest.Load(t)
+	if !ok {
+		t.Fatalf("testenv: test %s has no Kafka cluster; call Kafka first", t.Name())
+	}
+	return v.(*KafkaCluster)
+}
+
 // RestartKafka restarts the cluster this test got from [Kafka] (see
 // [KafkaCluster.Restart]) and returns the new cluster, on the same seed
 // addresses and with the same data. It calls t.Fatalf if the test has no
 // cluster or the restart fails.
 func RestartKafka(t testing.TB) *kfake.Cluster {
 	t.Helper()
-	v, ok := kafkaByTest.Load(t)
-	if !ok {
-		t.Fatalf("testenv: RestartKafka: test %s has no cluster; call Kafka first", t.Name())
-	}
-	c, err := v.(*KafkaCluster).Restart()
+	c, err := kafkaOf(t).Restart()
 	if err != nil {
 		t.Fatalf("testenv: restart kafka: %v", err)
 	}

@@ -77,15 +77,34 @@ func (n *RabbitMQNode) URL() string { return rabbitmqURL(n.amqpPort) }
 // queues and persistent messages survive. It returns once the node accepts
 // AMQP connections again. ctx bounds the start-up.
 func (n *RabbitMQNode) Restart(ctx context.Context) error {
+	if err := n.Pause(); err != nil {
+		return err
+	}
+	return n.Resume(ctx)
+}
+
+// Pause stops the node gracefully (SIGTERM; connections are closed); its
+// epmd and data stay, for Resume.
+func (n *RabbitMQNode) Pause() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.server == nil {
 		return errors.New("testenv: rabbitmq: node is stopped")
 	}
-	if err := n.server.Stop(); err != nil {
-		return err
-	}
+	err := n.server.Stop()
 	n.server = nil
+	return err
+}
+
+// Resume starts a paused node again on the same port with the same data
+// directory. It returns once the node accepts AMQP connections again. ctx
+// bounds the start-up.
+func (n *RabbitMQNode) Resume(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.server != nil {
+		return errors.New("testenv: rabbitmq: node is running")
+	}
 	t0 := time.Now()
 	// The port was ours a moment ago; retry the bind for a while if it is
 	// still held (sockets lingering in TIME_WAIT without SO_REUSEADDR).
@@ -491,6 +510,27 @@ func RabbitMQCtl(t testing.TB, args ...string) string {
 		t.Fatalf("testenv: rabbitmqctl %s: %v", strings.Join(args, " "), err)
 	}
 	return out
+}
+
+// PauseRabbitMQ stops the test process's RabbitMQ node (see
+// [RabbitMQNode.Pause]) and returns a function that starts it again, as
+// [RestartRabbitMQ] does, and returns once it accepts connections. Each
+// calls t.Fatalf if it fails. Tests that stop the node must not run in
+// parallel with other tests using it.
+func PauseRabbitMQ(t testing.TB) (resume func(t testing.TB)) {
+	t.Helper()
+	n := sharedRabbitMQNode(t)
+	if err := n.Pause(); err != nil {
+		t.Fatalf("testenv: stop RabbitMQ: %v", err)
+	}
+	return func(t testing.TB) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), rabbitmqStartTimeout)
+		defer cancel()
+		if err := n.Resume(ctx); err != nil {
+			t.Fatalf("testenv: start RabbitMQ again: %v", err)
+		}
+	}
 }
 
 // RestartRabbitMQ restarts the test process's RabbitMQ node (see

@@ -74,7 +74,7 @@ func FillBacklog(ctx context.Context, s *Store, topics []string, n int) error {
 	items := make([]map[string]types.AttributeValue, n)
 	for i := range n {
 		m := &outbox.Message{Topic: topics[i%len(topics)], Key: "k" + strconv.Itoa(i), Payload: []byte("backlog")}
-		item, err := s.newItem(m)
+		item, err := s.newItem(ctx, m)
 		if err != nil {
 			return err
 		}

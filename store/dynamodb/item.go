@@ -1,6 +1,7 @@
 package dynamodb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -117,9 +118,12 @@ func getTime(item map[string]types.AttributeValue, name string) time.Time {
 
 // newItem prepares msg and returns its item (outstanding, shard and Seq
 // assigned at now).
-func (s *Store) newItem(msg *outbox.Message) (map[string]types.AttributeValue, error) {
+func (s *Store) newItem(ctx context.Context, msg *outbox.Message) (map[string]types.AttributeValue, error) {
 	if msg == nil {
 		return nil, errors.New("dynamodb: Write: nil message")
+	}
+	if s.opts.Inject != nil {
+		msg.Headers = s.opts.Inject(ctx, msg.Headers)
 	}
 	now := s.opts.Now()
 	if err := msg.Prepare(now, s.opts.MaxPayload); err != nil {

@@ -160,6 +160,12 @@ type Options struct {
 	// MaxPayload bounds Message.Payload in bytes. Default MaxPayloadDefault;
 	// at most MaxItemSize.
 	MaxPayload int
+	// Inject, if set, adds to each message what the ctx of Write (or
+	// TransactWriteItemContext) carries
+	// for consumers, before the message is validated: the trace context of
+	// the writing span, with outboxtrace.Injector (package tracing/otel).
+	// Default none: nothing is added.
+	Inject outbox.HeaderInjector
 	// Concurrency bounds the requests one call runs at once. Default
 	// ConcurrencyDefault.
 	Concurrency int

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -103,34 +104,21 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 		return nil, err
 	}
 
-	leases, err := s.readLeases(ctx, allPartitions(p))
+	held, live, leases, err := s.leaseOwners(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	now := s.opts.Now()
-	held := map[string]int{}
 	for i := range p {
 		ps := outbox.PartitionStatus{Partition: i, Outstanding: perShard[i]}
 		if l, ok := leases[i]; ok {
 			ps.Epoch = l.epoch
 			if l.owner != "" && l.expiry.After(now) {
 				ps.Owner, ps.LeaseExpiresAt = l.owner, l.expiry
-				held[l.owner]++
 			}
 		}
 		st.Partitions = append(st.Partitions, ps)
 	}
-
-	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:              s.table,
-		Key:                    keyOf(nodesKey),
-		ConsistentRead:         aws.Bool(true),
-		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
-	}, s.callOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("dynamodb: read relay heartbeats: %w", err)
-	}
-	live, _ := liveNodes(out.Item, now)
 	for node, exp := range live {
 		st.Relays = append(st.Relays, outbox.RelayStatus{Node: node, ExpiresAt: exp, Partitions: held[node]})
 	}
@@ -141,24 +129,35 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 
 // countIndex counts the entries of an index with Scans of Select=COUNT.
 func (s *Store) countIndex(ctx context.Context, index string) (int64, error) {
-	var total int64
-	in := &dynamodb.ScanInput{
+	return s.countIndexUpTo(ctx, index, math.MaxInt64)
+}
+
+// leaseOwners reads every lease item and the heartbeat item: the leases
+// each node holds unexpired, the live nodes with their expiry, and the
+// lease items by partition.
+func (s *Store) leaseOwners(ctx context.Context, p int) (held map[string]int, live map[string]time.Time, leases map[int]leaseItem, err error) {
+	leases, err = s.readLeases(ctx, allPartitions(p))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	now := s.opts.Now()
+	held = map[string]int{}
+	for _, l := range leases {
+		if l.owner != "" && l.expiry.After(now) {
+			held[l.owner]++
+		}
+	}
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:              s.table,
-		IndexName:              aws.String(index),
-		Select:                 types.SelectCount,
+		Key:                    keyOf(nodesKey),
+		ConsistentRead:         aws.Bool(true),
 		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	}, s.callOpts...)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("dynamodb: read relay heartbeats: %w", err)
 	}
-	for {
-		out, err := s.client.Scan(ctx, in, s.callOpts...)
-		if err != nil {
-			return 0, fmt.Errorf("dynamodb: count %s: %w", index, err)
-		}
-		total += int64(out.Count)
-		if len(out.LastEvaluatedKey) == 0 {
-			return total, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	live, _ = liveNodes(out.Item, now)
+	return held, live, leases, nil
 }
 
 var _ outbox.RequestCounter = (*Store)(nil)

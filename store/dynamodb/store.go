@@ -152,7 +152,7 @@ func (s *Store) CallOptions() []func(*dynamodb.Options) { return slices.Clone(s.
 // Shards)) and Seq. An existing ID gives ErrDuplicateID. To write atomically
 // with business data, use TransactWriteItem instead.
 func (s *Store) Write(ctx context.Context, msg *outbox.Message) error {
-	item, err := s.newItem(msg)
+	item, err := s.newItem(ctx, msg)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,14 @@ const condNewMessage = "attribute_not_exists(#id)"
 // TransactWriteItem is called, so build it just before sending. A
 // transaction holds at most 100 items.
 func (s *Store) TransactWriteItem(msg *outbox.Message) (types.TransactWriteItem, error) {
-	item, err := s.newItem(msg)
+	return s.TransactWriteItemContext(context.Background(), msg)
+}
+
+// TransactWriteItemContext is TransactWriteItem for a write made in ctx:
+// with Options.Inject, msg's headers get what ctx carries for consumers
+// (the trace context of the writing span), as with Write.
+func (s *Store) TransactWriteItemContext(ctx context.Context, msg *outbox.Message) (types.TransactWriteItem, error) {
+	item, err := s.newItem(ctx, msg)
 	if err != nil {
 		return types.TransactWriteItem{}, err
 	}

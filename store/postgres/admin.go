@@ -13,11 +13,6 @@ import (
 
 var _ outbox.AdminStore = (*Store)(nil)
 
-// FindPublishedWindow is how many of the most recently published messages
-// (kept by retention) FindMessages searches by key: published messages
-// have no index by key, and the write path should not pay for one.
-const FindPublishedWindow = 10000
-
 // CountDeadLetters returns how many dead letters match f (Limit and After
 // ignored). With a topic or key it counts on an index; with an error text
 // it reads every dead letter the other filters leave.
@@ -51,7 +46,7 @@ const (
 // dead letters) or by key: the outstanding messages of the key's partition
 // (on the pending index, so its cost grows with that partition's backlog),
 // the dead letters (on their key index), and among the
-// [FindPublishedWindow] most recently published messages kept by retention.
+// [outbox.FindPublishedWindow] most recently published messages kept by retention.
 func (s *Store) FindMessages(ctx context.Context, fq outbox.FindQuery) (*outbox.FindResult, error) {
 	if err := s.check("find messages"); err != nil {
 		return nil, err
@@ -96,18 +91,17 @@ WHERE d.key = $1 ORDER BY d.failed_at, d.id LIMIT $2`, fq.Key, limit+1).Query(co
     SELECT * FROM `+s.n.messages+` WHERE published_at IS NOT NULL ORDER BY published_at DESC LIMIT $3
 ) m
 WHERE m.partition = $1 AND m.key = $2
-ORDER BY m.published_at DESC LIMIT $4`, part, fq.Key, FindPublishedWindow, limit+1).Query(collect)
+ORDER BY m.published_at DESC LIMIT $4`, part, fq.Key, outbox.FindPublishedWindow, limit+1).Query(collect)
 		// Whether the window was full: then older published messages were
 		// not searched.
 		b.Queue(`SELECT count(*) >= $1 FROM (SELECT 1 FROM `+s.n.messages+` WHERE published_at IS NOT NULL LIMIT $1) x`,
-			FindPublishedWindow).QueryRow(func(row pgx.Row) error {
+			outbox.FindPublishedWindow).QueryRow(func(row pgx.Row) error {
 			var full bool
 			if err := row.Scan(&full); err != nil {
 				return err
 			}
 			if full {
-				res.Unsearched = map[outbox.MessageState]string{outbox.StatePublished: fmt.Sprintf(
-					"published messages kept by retention were searched by key only among the %d most recently published; search by ID to find an older one", FindPublishedWindow)}
+				res.Unsearched = map[outbox.MessageState]string{outbox.StatePublished: outbox.PublishedWindowReason(outbox.FindPublishedWindow)}
 			}
 			return nil
 		})

@@ -28,7 +28,7 @@ type bundle struct {
 
 // setup opens a migrated store on a new database, in a schema named after the
 // test, with opts (Schema and Partitions filled in when zero).
-func setup(t *testing.T, opts ...Options) *bundle {
+func setup(t testing.TB, opts ...Options) *bundle {
 	t.Helper()
 	var o Options
 	if len(opts) > 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,7 +41,8 @@ var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 type Options struct {
 	// Schema holds the outbox tables; default [SchemaDefault]. It must match
 	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$ and is quoted, so it is case-sensitive.
-	// Migrate creates it if missing.
+	// It must not be a system schema, information_schema or pg_* (in any
+	// case), which pg_dump leaves out. Migrate creates it if missing.
 	Schema string
 	// TablePrefix starts every table name: <prefix>_messages,
 	// <prefix>_dead_letters, <prefix>_leases, <prefix>_relays, <prefix>_meta
@@ -70,6 +72,11 @@ type Options struct {
 	Capture Capture
 	// WAL configures CaptureWAL; ignored otherwise.
 	WAL WALOptions
+	// Inject, if set, adds to each message what the ctx of Write carries
+	// for consumers, before the message is validated: the trace context of
+	// the writing span, with outboxtrace.Injector (package tracing/otel).
+	// Default none: nothing is added.
+	Inject outbox.HeaderInjector
 }
 
 // Capture is how messages travel from writers to the relay.
@@ -112,33 +119,73 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
+// OptionError reports an invalid field of [Options]. Open, New and
+// NewWriter return it before any I/O.
+type OptionError struct {
+	// Field is the Options field: "Schema", "TablePrefix", "Partitions",
+	// "MaxPayload", "Retention", "Capture" or "WAL.<field>".
+	Field string
+	// Reason says what is wrong with the value and what to use instead.
+	Reason string
+}
+
+func (e *OptionError) Error() string { return "postgres: Options." + e.Field + " " + e.Reason }
+
+// Validate reports the first invalid field of o (after defaults) as an
+// *[OptionError].
+func (o Options) Validate() error { return o.WithDefaults().validate() }
+
 // validate reports the first invalid field of o (after defaults), naming it.
 func (o Options) validate() error {
-	if !identRe.MatchString(o.Schema) {
-		return fmt.Errorf("postgres: Options.Schema %q is not a valid name: use 1 to 63 letters, digits and '_', not starting with a digit", o.Schema)
+	if err := checkName(o.Schema, 63); err != "" {
+		return &OptionError{"Schema", err}
 	}
-	if !identRe.MatchString(o.TablePrefix) || len(o.TablePrefix) > MaxTablePrefixLen {
-		return fmt.Errorf("postgres: Options.TablePrefix %q is not a valid name: use 1 to %d letters, digits and '_', not starting with a digit", o.TablePrefix, MaxTablePrefixLen)
+	if reservedSchema(o.Schema) {
+		return &OptionError{"Schema", fmt.Sprintf("%q is a system schema name (information_schema, pg_*): PostgreSQL reserves it, and pg_dump leaves such schemas out; use another schema, such as %q", o.Schema, SchemaDefault)}
+	}
+	if err := checkName(o.TablePrefix, MaxTablePrefixLen); err != "" {
+		return &OptionError{"TablePrefix", err + fmt.Sprintf(" (the longest table or index name, <prefix>%s, must fit PostgreSQL's 63-byte names)", longestSuffix)}
 	}
 	if o.Partitions < 0 || o.Partitions > outbox.MaxPartitions {
-		return fmt.Errorf("postgres: Options.Partitions must be between 1 and %d (0 for the default %d), got %d", outbox.MaxPartitions, outbox.DefaultPartitions, o.Partitions)
+		return &OptionError{"Partitions", fmt.Sprintf("must be between 1 and %d (0 for the default %d), got %d", outbox.MaxPartitions, outbox.DefaultPartitions, o.Partitions)}
 	}
 	if o.MaxPayload < 1 || o.MaxPayload > MaxPayloadLimit {
-		return fmt.Errorf("postgres: Options.MaxPayload must be between 1 and %d bytes (0 for the default %d), got %d", MaxPayloadLimit, outbox.MaxPayloadDefault, o.MaxPayload)
+		return &OptionError{"MaxPayload", fmt.Sprintf("must be between 1 and %d bytes (0 for the default %d), got %d", MaxPayloadLimit, outbox.MaxPayloadDefault, o.MaxPayload)}
 	}
 	if o.Retention < 0 {
-		return fmt.Errorf("postgres: Options.Retention must not be negative (0 deletes on acknowledgement), got %v", o.Retention)
+		return &OptionError{"Retention", fmt.Sprintf("must not be negative (0 deletes on acknowledgement), got %v", o.Retention)}
 	}
 	if _, err := ParseCapture(string(o.Capture)); err != nil {
-		return fmt.Errorf("postgres: Options.Capture: %w", err)
+		return &OptionError{"Capture", fmt.Sprintf("must be %q or %q, got %q", CaptureTable, CaptureWAL, o.Capture)}
 	}
 	if o.Capture == CaptureWAL {
 		if o.Retention > 0 {
-			return fmt.Errorf("postgres: Options.Retention keeps published rows of the outbox table; with Capture %q nothing is stored: set Retention to 0", CaptureWAL)
+			return &OptionError{"Retention", fmt.Sprintf("keeps published rows of the outbox table; with Capture %q nothing is stored: set it to 0", CaptureWAL)}
 		}
 		return o.WAL.validate()
 	}
 	return nil
+}
+
+// checkName returns what is wrong with name as a schema or table prefix of
+// at most maxLen bytes, or "".
+func checkName(name string, maxLen int) string {
+	if len(name) > maxLen {
+		return fmt.Sprintf("%q is %d bytes; the limit is %d", name, len(name), maxLen)
+	}
+	if !identRe.MatchString(name) {
+		return fmt.Sprintf("%q is not a valid name: use 1 to %d letters, digits and '_', not starting with a digit", name, maxLen)
+	}
+	return ""
+}
+
+// reservedSchema reports whether schema is a system schema name: PostgreSQL
+// refuses to create pg_* schemas and pg_dump leaves information_schema and
+// pg_* out. Compared without regard to case, since a mixed-case look-alike
+// only confuses.
+func reservedSchema(schema string) bool {
+	s := strings.ToLower(schema)
+	return s == "information_schema" || strings.HasPrefix(s, "pg_")
 }
 
 // names holds the quoted, schema-qualified identifiers derived from Options.

@@ -83,25 +83,28 @@ func (w WALOptions) withDefaults(schema, prefix string) WALOptions {
 
 func (w WALOptions) validate() error {
 	if !slotNameRe.MatchString(w.Slot) {
-		return fmt.Errorf("postgres: Options.WAL.Slot %q is not a valid replication slot name: use 1 to 63 lower-case letters, digits and '_'", w.Slot)
+		return &OptionError{"WAL.Slot", fmt.Sprintf("%q is not a valid replication slot name: use 1 to 63 lower-case letters, digits and '_'", w.Slot)}
 	}
 	if !slotNameRe.MatchString(w.Publication) {
-		return fmt.Errorf("postgres: Options.WAL.Publication %q is not a valid name: use 1 to 63 lower-case letters, digits and '_'", w.Publication)
+		return &OptionError{"WAL.Publication", fmt.Sprintf("%q is not a valid name: use 1 to 63 lower-case letters, digits and '_'", w.Publication)}
 	}
 	if w.BufferMessages < 1 || w.BufferMessages > WALBufferMessagesMax {
-		return fmt.Errorf("postgres: Options.WAL.BufferMessages must be between 1 and %d (0 for %d), got %d", WALBufferMessagesMax, WALBufferMessagesDefault, w.BufferMessages)
+		return &OptionError{"WAL.BufferMessages", fmt.Sprintf("must be between 1 and %d (0 for %d), got %d", WALBufferMessagesMax, WALBufferMessagesDefault, w.BufferMessages)}
 	}
 	if w.BufferBytes < 1 {
-		return fmt.Errorf("postgres: Options.WAL.BufferBytes must be positive (0 for %d), got %d", WALBufferBytesDefault, w.BufferBytes)
+		return &OptionError{"WAL.BufferBytes", fmt.Sprintf("must be positive (0 for %d), got %d", WALBufferBytesDefault, w.BufferBytes)}
 	}
-	if w.StatusInterval < time.Millisecond || w.RetryInterval < time.Millisecond {
-		return fmt.Errorf("postgres: Options.WAL.StatusInterval and RetryInterval must be at least 1ms (0 for the defaults), got %v and %v", w.StatusInterval, w.RetryInterval)
+	if w.StatusInterval < time.Millisecond {
+		return &OptionError{"WAL.StatusInterval", fmt.Sprintf("must be at least 1ms (0 for %v), got %v", WALStatusIntervalDefault, w.StatusInterval)}
+	}
+	if w.RetryInterval < time.Millisecond {
+		return &OptionError{"WAL.RetryInterval", fmt.Sprintf("must be at least 1ms (0 for %v), got %v", WALRetryIntervalDefault, w.RetryInterval)}
 	}
 	if w.Timeout < WALTimeoutMin {
-		return fmt.Errorf("postgres: Options.WAL.Timeout must be at least %v (0 for %v), got %v", WALTimeoutMin, WALTimeoutDefault, w.Timeout)
+		return &OptionError{"WAL.Timeout", fmt.Sprintf("must be at least %v (0 for %v), got %v", WALTimeoutMin, WALTimeoutDefault, w.Timeout)}
 	}
 	if w.StatusInterval*2 > w.Timeout {
-		return fmt.Errorf("postgres: Options.WAL.StatusInterval (%v) must be at most half of Options.WAL.Timeout (%v), or PostgreSQL drops the connection of an idle relay", w.StatusInterval, w.Timeout)
+		return &OptionError{"WAL.StatusInterval", fmt.Sprintf("(%v) must be at most half of WAL.Timeout (%v), or PostgreSQL drops the connection of an idle relay", w.StatusInterval, w.Timeout)}
 	}
 	return nil
 }

@@ -19,12 +19,12 @@ import (
 const walWriteSQL = `SELECT count(pg_logical_emit_message(true, $1, u.m)) FROM unnest($2::bytea[]) AS u(m)`
 
 // walContents prepares msgs and encodes each for the WAL.
-func (w *Writer) walContents(msgs []outbox.Message) ([][]byte, error) {
+func (w *Writer) walContents(ctx context.Context, msgs []outbox.Message) ([][]byte, error) {
 	now := time.Now()
 	out := make([][]byte, len(msgs))
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
-		if err := w.prepare(&m, i, len(msgs), now); err != nil {
+		if err := w.prepare(ctx, &m, i, len(msgs), now); err != nil {
 			return nil, err
 		}
 		b, err := encodeWALMessage(make([]byte, 0, 64+len(m.Topic)+len(m.Key)+len(m.Payload)), &m)
@@ -37,7 +37,7 @@ func (w *Writer) walContents(msgs []outbox.Message) ([][]byte, error) {
 }
 
 func (w *Writer) writeWAL(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) error {
-	contents, err := w.walContents(msgs)
+	contents, err := w.walContents(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func (w *Writer) writeWAL(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 }
 
 func (w *Writer) writeWALSQL(ctx context.Context, tx *sql.Tx, msgs []outbox.Message) error {
-	contents, err := w.walContents(msgs)
+	contents, err := w.walContents(ctx, msgs)
 	if err != nil {
 		return err
 	}

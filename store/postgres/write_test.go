@@ -79,12 +79,12 @@ func TestPartitionMatchesPartitionOf(t *testing.T) {
 
 func TestWriteInvalidWritesNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Options{MaxPayload: 10})
+	b := setup(t, Options{MaxPayload: 1000})
 	cases := []struct {
 		msg   outbox.Message
 		field string
 	}{
-		{outbox.Message{Topic: "ok", Payload: make([]byte, 11)}, "Payload"},
+		{outbox.Message{Topic: "ok", Payload: make([]byte, 1001)}, "Payload"},
 		{outbox.Message{Topic: "bad topic"}, "Topic"},
 		{outbox.Message{Topic: "ok", ID: "not-a-uuid"}, "ID"},
 		{outbox.Message{Topic: "ok", Headers: map[string]string{"Outbox-Id": "x"}}, "Headers"},
@@ -230,6 +230,11 @@ func TestHostileNames(t *testing.T) {
 		{Options{TablePrefix: `a"b`}, "Options.TablePrefix"},
 		{Options{TablePrefix: strings.Repeat("p", MaxTablePrefixLen+1)}, "Options.TablePrefix"},
 		{Options{TablePrefix: "a-b"}, "Options.TablePrefix"},
+		// System schemas: pg_dump leaves them out (issue 11).
+		{Options{Schema: "information_schema"}, "Options.Schema \"information_schema\" is a system schema"},
+		{Options{Schema: "pg_outbox"}, "Options.Schema \"pg_outbox\" is a system schema"},
+		{Options{Schema: "PG_Catalog"}, "Options.Schema \"PG_Catalog\" is a system schema"},
+		{Options{TablePrefix: strings.Repeat("p", 40)}, "the limit is 39"},
 		{Options{Partitions: outbox.MaxPartitions + 1}, "Options.Partitions"},
 		{Options{Partitions: -1}, "Options.Partitions"},
 		{Options{MaxPayload: -1}, "Options.MaxPayload"},

@@ -88,7 +88,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) e
 	if w.wal != "" {
 		return w.writeWAL(ctx, tx, msgs)
 	}
-	args, err := w.args(msgs)
+	args, err := w.args(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Messag
 	if w.wal != "" {
 		return w.writeWALSQL(ctx, tx, msgs)
 	}
-	args, err := w.args(msgs)
+	args, err := w.args(ctx, msgs)
 	if err != nil {
 		return err
 	}
@@ -143,8 +143,9 @@ func (w *Writer) checkCount(got int64, want int) error {
 	return nil
 }
 
-// args prepares msgs and returns the statement's column arrays.
-func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
+// args prepares msgs (with Options.Inject's headers) and returns the
+// statement's column arrays.
+func (w *Writer) args(ctx context.Context, msgs []outbox.Message) ([]any, error) {
 	now := time.Now()
 	var (
 		ids      = make([][16]byte, len(msgs))
@@ -157,7 +158,7 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 	)
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
-		if err := w.prepare(&m, i, len(msgs), now); err != nil {
+		if err := w.prepare(ctx, &m, i, len(msgs), now); err != nil {
 			return nil, err
 		}
 		id, err := parseUUID(m.ID)
@@ -189,9 +190,12 @@ func (w *Writer) args(msgs []outbox.Message) ([]any, error) {
 	return args, nil
 }
 
-// prepare fills in m's ID and CreatedAt and checks it (message i of n),
-// for either capture.
-func (w *Writer) prepare(m *outbox.Message, i, n int, now time.Time) error {
+// prepare adds the injected headers (trace context) to m, fills in its ID
+// and CreatedAt and checks it (message i of n), for either capture.
+func (w *Writer) prepare(ctx context.Context, m *outbox.Message, i, n int, now time.Time) error {
+	if w.opts.Inject != nil {
+		m.Headers = w.opts.Inject(ctx, m.Headers)
+	}
 	if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
 		return fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, n, m.Topic, err)
 	}

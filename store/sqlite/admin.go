@@ -10,11 +10,6 @@ import (
 
 var _ outbox.AdminStore = (*Store)(nil)
 
-// FindPublishedWindow is how many of the most recently published messages
-// (kept by retention) FindMessages searches by key: published messages
-// have no index by key, and the write path should not pay for one.
-const FindPublishedWindow = 10000
-
 // CountDeadLetters returns how many dead letters match f (Limit and After
 // ignored).
 func (s *Store) CountDeadLetters(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {
@@ -44,7 +39,7 @@ const (
 
 // FindMessages looks messages up by ID or by key: the outstanding messages
 // of the key's partition (on the pending index), the dead letters (on
-// their key index), and among the [FindPublishedWindow] most recently
+// their key index), and among the [outbox.FindPublishedWindow] most recently
 // published messages kept by retention.
 func (s *Store) FindMessages(ctx context.Context, fq outbox.FindQuery) (*outbox.FindResult, error) {
 	if err := s.check("find messages"); err != nil {
@@ -99,17 +94,16 @@ WHERE key = ? ORDER BY failed_at, id LIMIT ?`, fq.Key, limit+1); err != nil {
 		}
 		if err := query(`SELECT `+findMessageColumns+` FROM (
     SELECT * FROM `+s.n.messages+` WHERE published_at IS NOT NULL ORDER BY published_at DESC LIMIT ?
-) WHERE partition = ? AND key = ? ORDER BY published_at DESC LIMIT ?`, FindPublishedWindow, part, fq.Key, limit+1); err != nil {
+) WHERE partition = ? AND key = ? ORDER BY published_at DESC LIMIT ?`, outbox.FindPublishedWindow, part, fq.Key, limit+1); err != nil {
 			return err
 		}
 		var full bool
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) >= ?1 FROM (SELECT 1 FROM `+s.n.messages+
-			` WHERE published_at IS NOT NULL LIMIT ?1)`, FindPublishedWindow).Scan(&full); err != nil {
+			` WHERE published_at IS NOT NULL LIMIT ?1)`, outbox.FindPublishedWindow).Scan(&full); err != nil {
 			return err
 		}
 		if full {
-			res.Unsearched = map[outbox.MessageState]string{outbox.StatePublished: fmt.Sprintf(
-				"published messages kept by retention were searched by key only among the %d most recently published; search by ID to find an older one", FindPublishedWindow)}
+			res.Unsearched = map[outbox.MessageState]string{outbox.StatePublished: outbox.PublishedWindowReason(outbox.FindPublishedWindow)}
 		}
 		return nil
 	})

@@ -53,6 +53,11 @@ type Options struct {
 	// MaxPayload bounds a message's payload in bytes; default
 	// outbox.MaxPayloadDefault, at most [MaxPayloadLimit].
 	MaxPayload int
+	// Inject, if set, adds to each message what the ctx of Write carries
+	// for consumers, before the message is validated: the trace context of
+	// the writing span, with outboxtrace.Injector (package tracing/otel).
+	// Default none: nothing is added.
+	Inject outbox.HeaderInjector
 	// Retention is how long acknowledged messages are kept, marked
 	// published, before Cleanup deletes them. Zero (the default) deletes
 	// them on acknowledgement.

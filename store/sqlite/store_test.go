@@ -219,7 +219,7 @@ func TestWriteNotMigrated(t *testing.T) {
 // whole Write before anything is written, and the transaction stays usable.
 func TestOversizedPayload(t *testing.T) {
 	t.Parallel()
-	b := setup(t, Options{MaxPayload: 16})
+	b := setup(t, Options{MaxPayload: 1024})
 	if _, err := b.store.DB().ExecContext(b.ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
@@ -233,11 +233,11 @@ func TestOversizedPayload(t *testing.T) {
 	}
 	err = b.store.Write(b.ctx, tx,
 		outbox.Message{Topic: "orders.created", Key: "o1", Payload: make([]byte, 16)},
-		outbox.Message{Topic: "orders.created", Key: "o1", Payload: make([]byte, 17)},
+		outbox.Message{Topic: "orders.created", Key: "o1", Payload: make([]byte, 1025)},
 	)
 	var ve *outbox.ValidationError
 	if !errors.As(err, &ve) || ve.Field != "Payload" {
-		t.Fatalf("Write with a 17-byte payload over a 16-byte limit = %v, want a *ValidationError on Payload", err)
+		t.Fatalf("Write with a 1025-byte payload over a 1024-byte limit = %v, want a *ValidationError on Payload", err)
 	}
 	if !strings.Contains(err.Error(), "message 1 of 2") || !strings.Contains(err.Error(), "MaxPayload") {
 		t.Errorf("error %q should name the message and the MaxPayload option", err)

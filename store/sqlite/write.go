@@ -93,6 +93,9 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, p int, msgs []outbox.Mess
 	args := make([]any, 0, writeColumns*len(msgs))
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
+		if s.opts.Inject != nil {
+			m.Headers = s.opts.Inject(ctx, m.Headers)
+		}
 		if err := m.Prepare(now, s.opts.MaxPayload); err != nil {
 			return fmt.Errorf("sqlite: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
 		}

@@ -1,0 +1,200 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+)
+
+// coalescer merges the calls workers make to one store method into fewer
+// calls: a caller finding fewer than max calls in flight leads one,
+// taking every call pending, its own included; the others wait for their
+// part. So a notification that wakes every worker costs about one fetch,
+// not one per worker, and settlements of all workers reach the store in
+// one statement while another is being written (group commit). A call
+// costs no added wait when the store is idle.
+type coalescer[Req, Res any] struct {
+	mu      sync.Mutex
+	pending []*coalesced[Req, Res]
+	running int
+	max     int
+	// run makes one store call for reqs and returns one result each.
+	run func(ctx context.Context, reqs []Req) []Res
+}
+
+type coalesced[Req, Res any] struct {
+	req  Req
+	res  Res
+	done chan struct{} // closed when res is set
+	lead chan struct{} // closed when this call is to lead the next round
+	led  bool          // lead was closed (under the coalescer's mu)
+}
+
+// do makes req, alone or merged with others, and returns its result.
+func (c *coalescer[Req, Res]) do(ctx context.Context, req Req) Res {
+	cl := &coalesced[Req, Res]{req: req, done: make(chan struct{}), lead: make(chan struct{})}
+	c.mu.Lock()
+	c.pending = append(c.pending, cl)
+	leading := c.running < c.max
+	if leading {
+		c.running++
+		cl.led = true // a leader already: never to be handed the lead
+	}
+	c.mu.Unlock()
+	if !leading {
+		select {
+		case <-cl.done:
+		case <-cl.lead:
+		}
+		c.mu.Lock()
+		promoted := cl.led
+		c.mu.Unlock()
+		if !promoted {
+			return cl.res
+		}
+		// Handed the lead (and its slot), maybe done by another round
+		// already: run the next round anyway, then hand the slot on.
+	}
+	// Let the workers woken with this one add their calls first.
+	runtime.Gosched()
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	if len(batch) > 0 {
+		reqs := make([]Req, len(batch))
+		for i, b := range batch {
+			reqs[i] = b.req
+		}
+		res := c.run(ctx, reqs)
+		for i, b := range batch {
+			b.res = res[i]
+			close(b.done)
+		}
+	}
+	// Hand the lead to a call that came meanwhile, or give the slot back.
+	c.mu.Lock()
+	handed := false
+	for _, p := range c.pending {
+		if !p.led {
+			p.led, handed = true, true
+			close(p.lead)
+			break
+		}
+	}
+	if !handed {
+		c.running--
+	}
+	c.mu.Unlock()
+	<-cl.done // done by this round or another leader's
+	return cl.res
+}
+
+// storeCalls are a relay's coalesced fetches and settles.
+type storeCalls struct {
+	fetch  coalescer[fetchCall, fetchOut]
+	settle coalescer[[]Settlement, settleOut]
+}
+
+type fetchCall struct {
+	cursors []Cursor
+	limit   int
+}
+
+type fetchOut struct {
+	recs []Record
+	mark string
+	err  error
+}
+
+type settleOut struct {
+	fenced []Lease
+	err    error
+}
+
+// coalescedCallsMax bounds the store calls of one kind a relay has in
+// flight: two keep the database busy while one result travels back.
+const coalescedCallsMax = 2
+
+func newStoreCalls(r *Relay) *storeCalls {
+	sc := &storeCalls{}
+	sc.fetch = coalescer[fetchCall, fetchOut]{max: coalescedCallsMax, run: r.fetchMerged}
+	sc.settle = coalescer[[]Settlement, settleOut]{max: coalescedCallsMax, run: r.settleMerged}
+	return sc
+}
+
+// fetchMerged fetches the cursors of several workers in one call per
+// limit (workers use one limit, so one call) and gives each its records.
+// The cursors of different calls are of different partitions (a partition
+// has one worker, with one fetch in flight).
+func (r *Relay) fetchMerged(ctx context.Context, calls []fetchCall) []fetchOut {
+	out := make([]fetchOut, len(calls))
+	byLimit := map[int][]int{}
+	for i, c := range calls {
+		byLimit[c.limit] = append(byLimit[c.limit], i)
+	}
+	for limit, idx := range byLimit {
+		owner := map[int]int{} // partition → call
+		var cursors []Cursor
+		for _, i := range idx {
+			for _, cur := range calls[i].cursors {
+				owner[cur.Partition] = i
+			}
+			cursors = append(cursors, calls[i].cursors...)
+		}
+		var recs []Record
+		var mark string
+		var err error
+		if mf := r.caps.marked; mf != nil {
+			recs, mark, err = mf.FetchMarked(ctx, cursors, limit)
+		} else {
+			recs, err = r.store.Fetch(ctx, cursors, limit)
+		}
+		for _, i := range idx {
+			out[i].mark, out[i].err = mark, err
+		}
+		if err != nil {
+			continue
+		}
+		for _, rec := range recs {
+			if i, ok := owner[rec.Partition]; ok {
+				out[i].recs = append(out[i].recs, rec)
+			}
+		}
+	}
+	return out
+}
+
+// settleMerged writes the settlements of several workers in one call and
+// gives each the leases of its own that were fenced.
+func (r *Relay) settleMerged(ctx context.Context, batches [][]Settlement) []settleOut {
+	out := make([]settleOut, len(batches))
+	var all []Settlement
+	if len(batches) == 1 {
+		all = batches[0]
+	} else {
+		for _, b := range batches {
+			all = append(all, b...)
+		}
+	}
+	err := r.store.Settle(ctx, r.cfg.Node, all)
+	var fe *FencedError
+	if err != nil && !errors.As(err, &fe) {
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	if fe == nil {
+		return out
+	}
+	for i, b := range batches {
+		for _, s := range b {
+			if fencedIn(fe.Leases, s.Lease) {
+				out[i].fenced = append(out[i].fenced, s.Lease)
+			}
+		}
+	}
+	return out
+}

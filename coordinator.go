@@ -1,0 +1,308 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The lease coordinator: heartbeats, renews, balances and hands back the
+// relay's partition leases, one round every HeartbeatInterval.
+
+// heldLease is a partition lease the relay holds.
+type heldLease struct {
+	Lease
+	validUntil time.Time // local monotonic time after which no publish may start
+	// shed: surplus being handed back to another relay. The lease is
+	// renewed, but its worker starts nothing new for it; once nothing is in
+	// flight or waiting to be settled, the coordinator releases it. (Released
+	// at once, a publish in flight would be published again by the next
+	// owner, and its settlement lost.)
+	shed bool
+}
+
+// coordinate heartbeats, renews and balances leases until ctx ends.
+// workCtx ending means shutdown has begun: stop taking new leases.
+func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
+	failures := 0
+	var cut cutOff
+	var eager eagerRounds
+	for {
+		wait := r.cfg.HeartbeatInterval
+		if cut.check(ctx, r) {
+			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
+		}
+		if err := r.leaseRound(ctx, workCtx.Err() != nil, cut.on); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.log.Warn("lease round failed", "err", err, "failures", failures)
+			wait = min(wait, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+		} else {
+			failures = 0
+			broadcast()
+			if eager.next(r.round) {
+				wait = min(wait, eagerRoundInterval)
+			}
+		}
+		// Wait for the next round, releasing drained partitions meanwhile,
+		// so that the relay taking them over need not wait a round.
+		t := time.NewTimer(wait)
+	sleep:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				break sleep
+			case <-r.drainedCh:
+				r.releaseDrainedOrLog(ctx)
+			}
+		}
+	}
+}
+
+// shedDrained records that the partition of l, being handed back, has
+// nothing in flight or waiting to be settled, and wakes the coordinator.
+// Workers call it; it is cheap and idempotent.
+func (r *Relay) shedDrained(l Lease) {
+	r.drainMu.Lock()
+	e, ok := r.drained[l.Partition]
+	r.drained[l.Partition] = l.Epoch
+	r.drainMu.Unlock()
+	if !ok || e != l.Epoch {
+		select {
+		case r.drainedCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// releaseDrained releases the leases being handed back whose worker
+// reported them drained: they leave the relay's set first, so nothing new
+// starts, then the store frees them for another relay.
+func (r *Relay) releaseDrained(ctx context.Context) error {
+	r.drainMu.Lock()
+	drained := r.drained
+	r.drained = map[int]int64{}
+	r.drainMu.Unlock()
+	if len(drained) == 0 {
+		return nil
+	}
+	var release []Lease
+	r.leaseMu.Lock()
+	for p, epoch := range drained {
+		if h, ok := r.leases[p]; ok && h.shed && h.Epoch == epoch {
+			release = append(release, h.Lease)
+			delete(r.leases, p)
+		}
+	}
+	held := len(r.leases)
+	r.nLeases.Store(int64(held))
+	r.leaseMu.Unlock()
+	if len(release) == 0 {
+		return nil
+	}
+	r.leaseVer.Add(1)
+	r.emit(Event{Kind: EventLeases, Count: held})
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
+	defer cancel()
+	if err := r.store.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
+		// They expire by themselves; meanwhile no other relay can take them.
+		return fmt.Errorf("release leases: %w", err)
+	}
+	r.log.Info("handed back leases", "partitions", len(release))
+	return nil
+}
+
+// leaseRound is one heartbeat: register, renew, shed or take leases.
+// With cutOff (the broker unreachable for a lease TTL), the relay does not
+// heartbeat, so other relays stop counting it, and hands every lease back.
+func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error {
+	ttl := r.cfg.LeaseTTL
+	// A slow round only shortens the publishing window (validity counts
+	// from its start), so it may take up to a third of the TTL.
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, ttl/3))
+	defer cancel()
+	start := time.Now()
+	live, share := 0, 0
+	if !cutOff {
+		var err error
+		if live, err = r.store.Heartbeat(ctx, r.cfg.Node, ttl); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		live = max(live, 1)
+		share = (r.partitions + live - 1) / live
+	}
+	held := r.heldLeases()
+	want := 0
+	if !shuttingDown {
+		want = max(0, share-len(held))
+	}
+	got, err := r.store.AcquireLeases(ctx, r.cfg.Node, held, want, ttl)
+	if err != nil {
+		return fmt.Errorf("acquire leases: %w", err)
+	}
+	r.round = roundResult{live: live, short: want > 0 && len(got) < len(held)+want}
+	// The store set expiry to its now+ttl, no earlier than our start+ttl.
+	// Stop starting publishes early enough that one in flight ends first.
+	validUntil := start.Add(ttl - r.cfg.PublishTimeout)
+	r.leaseMu.Lock()
+	// Leases over the fair share are handed back in two steps: marked shed
+	// now (renewed, nothing new starts), released once drained.
+	var keep, shed []Lease
+	for _, l := range got {
+		if old, ok := r.leases[l.Partition]; ok && old.Epoch == l.Epoch && old.shed {
+			shed = append(shed, l)
+		} else {
+			keep = append(keep, l)
+		}
+	}
+	if shuttingDown && !cutOff {
+		keep, shed = append(keep, shed...), nil // Leave releases them all
+	} else if len(keep) > share {
+		shed = append(shed, keep[share:]...)
+		keep = keep[:share]
+	} else if n := min(share-len(keep), len(shed)); n > 0 {
+		keep = append(keep, shed[:n]...) // the share grew again: keep them
+		shed = shed[n:]
+	}
+	next := make(map[int]*heldLease, len(got))
+	changed := len(got) != len(r.leases)
+	for i, l := range slices.Concat(keep, shed) {
+		old, ok := r.leases[l.Partition]
+		h := &heldLease{Lease: l, validUntil: validUntil, shed: i >= len(keep)}
+		if !ok || old.Epoch != l.Epoch || old.shed != h.shed {
+			changed = true
+		}
+		next[l.Partition] = h
+	}
+	r.leases = next
+	r.leaseMu.Unlock()
+	if changed {
+		r.leaseVer.Add(1)
+		r.log.Info("leases", "held", len(keep), "handing_back", len(shed), "live_relays", live, "share", share)
+	}
+	r.nLeases.Store(int64(len(got)))
+	r.emit(Event{Kind: EventLeases, Count: len(got)})
+	r.beat()
+	r.releaseDrainedOrLog(ctx)
+	return nil
+}
+
+// releaseDrainedOrLog releases the drained leases being handed back; a
+// failure is logged (they have left the relay's set already and expire by
+// themselves within LeaseTTL).
+func (r *Relay) releaseDrainedOrLog(ctx context.Context) {
+	if err := r.releaseDrained(ctx); err != nil && ctx.Err() == nil {
+		r.emit(Event{Kind: EventStoreError, Err: err})
+		r.log.Warn("releasing drained leases failed; they expire by themselves", "err", err, "lease_ttl", r.cfg.LeaseTTL)
+	}
+}
+
+func (r *Relay) heldLeases() []Lease {
+	r.leaseMu.RLock()
+	defer r.leaseMu.RUnlock()
+	out := make([]Lease, 0, len(r.leases))
+	for _, l := range r.leases {
+		out = append(out, l.Lease)
+	}
+	return out
+}
+
+// dropLease forgets a lease a settle found fenced.
+func (r *Relay) dropLease(l Lease) {
+	r.leaseMu.Lock()
+	if h, ok := r.leases[l.Partition]; ok && h.Epoch == l.Epoch {
+		delete(r.leases, l.Partition)
+		r.nLeases.Store(int64(len(r.leases)))
+	}
+	r.leaseMu.Unlock()
+	r.leaseVer.Add(1)
+}
+
+// cutOff tracks whether the relay has been unable to reach its broker for a
+// lease TTL: it then hands its partitions back (and stops heartbeating, so
+// that other relays take them at once) until the broker is reachable again.
+// Only publishers that implement [HealthChecker] are judged: a blocked
+// destination alone (a deleted stream) must not make every relay give up.
+type cutOff struct {
+	since time.Time // first failed check of the current outage, or zero
+	on    bool
+}
+
+// check runs the health check and returns whether the relay is cut off.
+func (c *cutOff) check(ctx context.Context, r *Relay) bool {
+	hc := r.caps.health
+	if hc == nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	err := hc.Health(hctx)
+	cancel()
+	now := time.Now()
+	if err == nil {
+		if c.on {
+			r.log.Info("broker reachable again: taking partitions again", "cut_off_for", now.Sub(c.since).Round(time.Millisecond))
+		}
+		c.since, c.on = time.Time{}, false
+		return false
+	}
+	if ctx.Err() != nil {
+		return c.on
+	}
+	if c.since.IsZero() {
+		c.since = now
+		r.log.Warn("broker unreachable; partitions are handed back if it lasts a lease TTL", "err", err, "lease_ttl", r.cfg.LeaseTTL)
+	}
+	if !c.on && now.Sub(c.since) >= r.cfg.LeaseTTL {
+		c.on = true
+		r.log.Warn("cut off from the broker for a lease TTL: handing every partition back to relays that can publish", "err", err, "since", c.since)
+		// Stop counting as a live relay now, not when the heartbeat expires.
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		if err := r.store.Leave(lctx, r.cfg.Node, nil); err != nil {
+			r.log.Warn("removing the heartbeat failed; it expires by itself", "err", err)
+		}
+		cancel()
+	}
+	return c.on
+}
+
+// eagerRoundInterval is how often a relay below its fair share tries to
+// take partitions while they are being handed back to it.
+const eagerRoundInterval = 200 * time.Millisecond
+
+// roundResult is what the coordinator learns from a lease round.
+type roundResult struct {
+	live  int  // relays alive
+	short bool // fewer partitions were free than the fair share wanted
+}
+
+// eagerRounds makes the lease rounds frequent for a while when the number
+// of live relays changed and this relay is below its share: the relays
+// above theirs hand partitions back as soon as their publishes in flight
+// are settled, and the joining relay takes them within eagerRoundInterval
+// instead of a heartbeat later. The budget (40 eager rounds, about 8 s,
+// per change) keeps a relay that can never reach its share
+// (64 partitions over 3 relays) from polling forever.
+type eagerRounds struct {
+	live   int
+	budget int
+}
+
+// next reports whether the next round should come early.
+func (e *eagerRounds) next(last roundResult) bool {
+	if last.live != e.live {
+		e.live = last.live
+		e.budget = 40
+	}
+	if !last.short || e.budget <= 0 {
+		return false
+	}
+	e.budget--
+	return true
+}

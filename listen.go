@@ -1,0 +1,73 @@
+package outbox
+
+import "context"
+
+// Notification routing: store notifications wake the workers owning the
+// partitions written.
+
+// wake nudges worker i, without blocking.
+func (r *Relay) wake(i int) {
+	select {
+	case r.wakes[i] <- struct{}{}:
+	default:
+	}
+}
+
+// notifyAll makes every worker fetch all its partitions.
+func (r *Relay) notifyAll() {
+	for i := range r.wakes {
+		r.fetchAll[i].Store(true)
+		r.wake(i)
+	}
+}
+
+// notifyPartitions makes the workers owning ps fetch those partitions.
+func (r *Relay) notifyPartitions(ps []int) {
+	for _, p := range ps {
+		if p < 0 || p >= len(r.dirty) {
+			continue
+		}
+		r.dirty[p].Store(true)
+		r.wake(p % r.cfg.Workers)
+	}
+}
+
+// listen forwards store notifications to the workers, resubscribing after
+// failures (meanwhile the workers poll). A PartitionNotifier's
+// notifications reach only the workers owning the partitions written.
+func (r *Relay) listen(ctx context.Context) {
+	pn, n := r.caps.partNotifier, r.caps.notifier
+	byPartition, plain := pn != nil, n != nil
+	if !byPartition && !plain {
+		return
+	}
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			// Writes committed while unsubscribed were not notified.
+			r.notifyAll()
+		}
+		var err error
+		if byPartition {
+			err = pn.SubscribePartitions(ctx, func(ps []int) {
+				if ps == nil {
+					r.notifyAll()
+				} else {
+					r.notifyPartitions(ps)
+				}
+			})
+		} else {
+			var ch <-chan struct{}
+			if ch, err = n.Subscribe(ctx); err == nil {
+				for range ch {
+					r.notifyAll()
+				}
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			r.log.Debug("subscription failed; polling", "err", err)
+		}
+		if !sleepCtx(ctx, r.cfg.PollInterval) {
+			return
+		}
+	}
+}

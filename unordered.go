@@ -1,0 +1,79 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// runUnordered is one worker of OrderingNone: claim with row locks,
+// publish, settle and commit, again and again.
+func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
+	us := r.caps.unordered
+	failures, blockedRounds := 0, 0
+	for ctx.Err() == nil {
+		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.log.Warn("claim failed", "err", err)
+			sleepCtx(ctx, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+			continue
+		}
+		failures = 0
+		r.beat()
+		recs := claim.Records()
+		if len(recs) == 0 {
+			_ = claim.Release(killCtx)
+			select {
+			case <-ctx.Done():
+			case <-wake:
+			case <-time.After(r.cfg.PollInterval):
+			}
+			continue
+		}
+		msgs := make([]*Message, len(recs))
+		ptrs := make([]*Record, len(recs))
+		for i := range recs {
+			msgs[i] = &recs[i].Message
+			ptrs[i] = &recs[i]
+		}
+		pctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
+		start := time.Now()
+		errs := r.publish(pctx, ptrs, msgs)
+		cancel()
+		took := time.Since(start)
+		now := r.cfg.Now()
+		var s Settlement
+		outcomes := make([]int, len(ptrs))
+		nBlocked := 0
+		for i, rec := range ptrs {
+			r.observe(rec, errs[i], now)
+			if outcomes[i] = r.outcome(rec, errs[i], now, &s); outcomes[i] == outcomeBlocked {
+				nBlocked++ // left as it is: claimed again after a pause
+			}
+		}
+		sctx, scancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
+		start = time.Now()
+		err = claim.Settle(sctx, s)
+		scancel()
+		if err != nil {
+			_ = claim.Release(killCtx)
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.log.Warn("settle failed; the batch will be published again", "err", err)
+			continue
+		}
+		r.emit(Event{Kind: EventSettled, Count: len(recs), Duration: time.Since(start)})
+		r.report(ptrs, outcomes, errs, took, now)
+		if nBlocked == len(recs) {
+			// Every message's destination is blocked: pause like a probe
+			// instead of claiming the same rows again at once.
+			blockedRounds++
+			sleepCtx(ctx, Backoff(blockedRounds, blockedProbeMin, blockedProbeMax))
+		} else {
+			blockedRounds = 0
+		}
+	}
+}
