@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/outboxrelay/outbox"
 )
 
 func newMigrateCommand(a *app) *cobra.Command {
@@ -18,7 +20,10 @@ func newMigrateCommand(a *app) *cobra.Command {
 		Short: "Create or upgrade the outbox tables (safe to run again)",
 		Long: `migrate creates the outbox tables in the store, or upgrades them. Running it
 again is a no-op. The partition count P is fixed when the tables are created;
-asking for another P later fails.`,
+asking for another P later fails. With --capture wal it also creates the
+publication and the logical replication slot the relay reads, after checking
+that the server can stream (wal_level = logical, the REPLICATION attribute,
+a free slot); run it before writers emit into the WAL.`,
 		Example: "  outbox migrate --store postgres://app@localhost:5432/app --schema outbox",
 		Args:    cobra.NoArgs,
 	}
@@ -45,6 +50,13 @@ asking for another P later fails.`,
 		}
 		a.log.Info("migrated", "partitions", p, "took", a.env.Now().Sub(start).Round(time.Millisecond))
 		fmt.Fprintf(a.env.Stdout, "outbox tables are up to date (%d partitions)\n", p)
+		if sr, ok := s.(outbox.SlotReader); ok {
+			st, err := sr.SlotStatus(ctx)
+			if err != nil {
+				return fmt.Errorf("read the replication slot: %w", err)
+			}
+			fmt.Fprintf(a.env.Stdout, "replication slot %s is ready (capture wal; messages committed from now on are captured)\n", st.Name)
+		}
 		return nil
 	})
 	return cmd
