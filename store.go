@@ -254,6 +254,49 @@ type Status struct {
 	// Requests counts the store's requests per operation since it was
 	// opened, for stores that bill per request (DynamoDB); nil otherwise.
 	Requests map[string]RequestStats `json:"requests,omitempty"`
+	// Slot describes the replication slot of a store that captures from
+	// the database's log (PostgreSQL with capture wal); nil otherwise.
+	// Its messages wait in the log, not in a table: Outstanding counts
+	// only those a relay of this process holds in memory.
+	Slot *SlotStatus `json:"slot,omitempty"`
+}
+
+// SlotStatus describes a logical replication slot that a relay captures
+// messages from.
+type SlotStatus struct {
+	Name string `json:"name"`
+	// Exists is false when the slot has not been created (run migrate).
+	Exists bool `json:"exists"`
+	// Active: a relay streams from the slot now (ActivePID is its
+	// server process); Held: a relay of this process does.
+	Active    bool `json:"active"`
+	ActivePID int  `json:"active_pid,omitempty"`
+	Held      bool `json:"held"`
+	// WALStatus is PostgreSQL's: reserved, extended, unreserved, or lost
+	// (the server removed WAL the slot needed: messages were lost).
+	WALStatus string `json:"wal_status"`
+	// ConfirmedLSN is the position up to which every message was
+	// published (or dead-lettered) and confirmed.
+	ConfirmedLSN string `json:"confirmed_lsn"`
+	// LagBytes is the WAL written since ConfirmedLSN, which the server
+	// keeps for the slot.
+	LagBytes int64 `json:"lag_bytes"`
+	// LagSeconds is how long ago the oldest transaction not yet confirmed
+	// committed, when known (by the holder; otherwise the server's
+	// flush_lag of the streaming connection).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+	// SafeWALBytes is how much more WAL may be written before the server
+	// invalidates the slot (max_slot_wal_keep_size); nil when unlimited.
+	SafeWALBytes *int64 `json:"safe_wal_bytes,omitempty"`
+	// Error says what stops the relay from streaming, if anything (the
+	// slot lost, a setting to change).
+	Error string `json:"error,omitempty"`
+}
+
+// SlotReader is implemented by stores that capture from a replication
+// slot; metrics adapters export its lag. SlotStatus does one round trip.
+type SlotReader interface {
+	SlotStatus(ctx context.Context) (*SlotStatus, error)
 }
 
 // RequestCounter is implemented by stores that count their requests per

@@ -28,6 +28,18 @@ func (s *suite) write(msgs ...outbox.Message) {
 	if err := s.h.Write(s.ctx, msgs...); err != nil {
 		s.Fatalf("Write: %v", err)
 	}
+	s.sync()
+}
+
+// sync waits for the writes committed so far to be fetchable (Harness.Sync).
+func (s *suite) sync() {
+	s.Helper()
+	if s.h.Sync == nil {
+		return
+	}
+	if err := s.h.Sync(s.ctx); err != nil {
+		s.Fatalf("Sync: %v", err)
+	}
 }
 
 // cursors returns a cursor with After 0 for each partition of parts, or for

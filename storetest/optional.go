@@ -303,6 +303,7 @@ func testDeadLetters(s *suite) {
 	if err != nil || n != 2 {
 		s.Fatalf("Requeue(dead.x) = %d, %v; want 2", n, err)
 	}
+	s.sync()
 	if got := list(outbox.DeadLetterFilter{}); len(got) != 1 || got[0].ID != y[0].ID {
 		s.Errorf("after Requeue: dead letters %v, want [%s]", dlIDs(got), y[0].ID)
 	}
@@ -468,6 +469,7 @@ func testRequeueSeqOrder(s *suite) {
 	if n, err := dls.Requeue(s.ctx, outbox.DeadLetterFilter{Topic: "requeue.order"}); err != nil || n != 3 {
 		s.Fatalf("Requeue = %d, %v; want 3", n, err)
 	}
+	s.sync()
 	back := s.fetch(p)
 	if got := inOrder(back); !slices.Equal(got, want) {
 		s.Fatalf("after Requeue: records in Seq order %v, want the original order %v", got, want)

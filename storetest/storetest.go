@@ -60,6 +60,11 @@ type Harness struct {
 	Write func(ctx context.Context, msgs ...outbox.Message) error
 	// Partitions is P, as configured at migration.
 	Partitions int
+	// Sync, if not nil, waits until every write committed before the call
+	// can be fetched, for stores that capture asynchronously (the WAL
+	// capture of store/postgres). The suite calls it after each write and
+	// requeue.
+	Sync func(ctx context.Context) error
 }
 
 // Timeouts of the suite.

@@ -66,7 +66,19 @@ type StoreOptions struct {
 	// MaxPayload bounds a message payload in bytes (default
 	// outbox.MaxPayloadDefault).
 	MaxPayload int
+	// Capture is how the store captures messages: "table" (the default)
+	// or "wal" (PostgreSQL only: a logical replication slot).
+	Capture string
+	// Logger receives the store's own events (the WAL capture's slot
+	// taken, lost, standing by); nil discards them.
+	Logger *slog.Logger
 }
+
+// Capture modes of StoreOptions.Capture.
+const (
+	CaptureTable = "table"
+	CaptureWAL   = "wal"
+)
 
 // StoreParams maps the store URL query parameters the outbox reads (and
 // removes before the URL reaches the driver) to the StoreOptions field and
@@ -78,6 +90,7 @@ var StoreParams = []struct{ Param, Field, Flag string }{
 	{"partitions", "Partitions", "--partitions"},
 	{"retention", "Retention", "--retention"},
 	{"max_payload", "MaxPayload", "--max-payload"},
+	{"capture", "Capture", "--capture"},
 }
 
 // BrokerOptions are the options of a publisher common to every broker. The
@@ -242,6 +255,9 @@ func prepareStore(rawURL string, o StoreOptions) (*url.URL, StoreOptions, StoreO
 	if err := o.Validate(); err != nil {
 		return nil, o, nil, err
 	}
+	if o.Capture == CaptureWAL && u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return nil, o, nil, Invalid("--capture", "wal reads PostgreSQL's write-ahead log: it needs a postgres:// store, not %s://; leave --capture at %q", u.Scheme, CaptureTable)
+	}
 	return u, o, open, nil
 }
 
@@ -376,6 +392,11 @@ func storeOptionsFromURL(u *url.URL, o StoreOptions) (StoreOptions, error) {
 				return o, conflict()
 			}
 			o.MaxPayload = n
+		case "Capture":
+			if o.Capture != "" && o.Capture != v {
+				return o, conflict()
+			}
+			o.Capture = v
 		}
 	}
 	if removed {

@@ -87,6 +87,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		MaxPayload:  o.MaxPayload,
 		Retention:   o.Retention,
 		KeyLocks:    keyLocks,
+		Capture:     postgres.Capture(o.Capture),
 	}
 	// PostgreSQL's own limits (a prefix short enough for its index names, no
 	// system schema) are usage errors naming the flag and URL parameter, not
@@ -98,9 +99,29 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		}
 		return nil, err
 	}
+	if opts.Capture == postgres.CaptureWAL {
+		s, err := postgres.OpenWAL(ctx, u.String(), opts)
+		if err != nil {
+			return nil, err
+		}
+		if o.Logger != nil {
+			s.SetLogger(o.Logger)
+		}
+		return walStore{s}, nil
+	}
 	s, err := postgres.Open(ctx, u.String(), opts)
 	if err != nil {
 		return nil, err
 	}
 	return postgresStore{s}, nil
+}
+
+// walStore adapts *postgres.WALStore (capture wal) the same way; its
+// abilities: CommitOrdered, PartitionNotifier, StatusReader, SlotReader,
+// DeadLetterStore, and Check for the relay's start-up.
+type walStore struct{ *postgres.WALStore }
+
+func (s walStore) Close() error {
+	s.WALStore.Close()
+	return nil
 }

@@ -16,6 +16,7 @@ type storeFlags struct {
 	prefix     string
 	partitions int
 	retention  time.Duration
+	capture    string
 }
 
 // storeFlagSet selects the optional store flags a command takes.
@@ -27,9 +28,10 @@ type storeFlagSet struct {
 const storeExample = "postgres://user:password@localhost:5432/app"
 
 func (sf *storeFlags) add(fs *pflag.FlagSet, which storeFlagSet) {
-	fs.StringVar(&sf.url, "store", "", "outbox store URL, such as "+storeExample+" (query parameters schema, prefix, partitions, retention are read too, and key_locks=true for PostgreSQL writes in commit order per key)")
+	fs.StringVar(&sf.url, "store", "", "outbox store URL, such as "+storeExample+" (query parameters schema, prefix, partitions, retention, capture are read too, and key_locks=true for PostgreSQL writes in commit order per key)")
 	fs.StringVar(&sf.schema, "schema", "", "database schema of the outbox tables (default: the store's, public for PostgreSQL)")
 	fs.StringVar(&sf.prefix, "table-prefix", "", "prefix of the outbox table names (default: the store's, outbox for PostgreSQL)")
+	fs.StringVar(&sf.capture, "capture", "", "how messages are captured: table (rows in the outbox table, the default) or wal (PostgreSQL: writers emit into the write-ahead log, the relay reads a logical replication slot); writers and relays must agree")
 	if which.partitions {
 		fs.IntVar(&sf.partitions, "partitions", 0, "partition count P, fixed when the tables are created (0: 64)")
 	}
@@ -45,6 +47,7 @@ func (sf *storeFlags) options() backends.StoreOptions {
 		TablePrefix: sf.prefix,
 		Partitions:  sf.partitions,
 		Retention:   sf.retention,
+		Capture:     sf.capture,
 	}
 }
 
@@ -68,7 +71,9 @@ func (sf *storeFlags) open(ctx context.Context, a *app) (backends.Store, error) 
 	if err := sf.check(a); err != nil {
 		return nil, err
 	}
-	return backends.OpenStore(ctx, sf.url, sf.options())
+	o := sf.options()
+	o.Logger = a.log
+	return backends.OpenStore(ctx, sf.url, o)
 }
 
 // timeoutFlag adds --timeout, the bound of a one-shot command.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/backends"
 )
 
@@ -33,7 +34,12 @@ built again.
 
 --print-sql prints the SQL for the schema, table prefix and partition count
 (for goose, Flyway, atlas or a DBA) without connecting; applying it and then
-running migrate is a no-op. --dry-run connects and says what would be applied.`,
+running migrate is a no-op. --dry-run connects and says what would be applied.
+
+With --capture wal it also creates the publication and the logical
+replication slot the relay reads, after checking that the server can stream
+(wal_level = logical, the REPLICATION attribute, a free slot); run it before
+writers emit into the WAL.`,
 		Example: `  outbox migrate --store postgres://app@localhost:5432/app --schema outbox
   outbox migrate --print-sql --schema outbox --partitions 128 > outbox.sql
   outbox migrate --dry-run --store postgres://app@localhost:5432/app`,
@@ -97,6 +103,13 @@ running migrate is a no-op. --dry-run connects and says what would be applied.`,
 			fmt.Fprintf(a.env.Stdout, "upgraded the outbox tables (%d partitions): applied %s\n", p, strings.Join(rep.Applied, ", "))
 		default:
 			fmt.Fprintf(a.env.Stdout, "outbox tables are up to date (%d partitions)\n", p)
+		}
+		if sr, ok := s.(outbox.SlotReader); ok {
+			st, err := sr.SlotStatus(ctx)
+			if err != nil {
+				return fmt.Errorf("read the replication slot: %w", err)
+			}
+			fmt.Fprintf(a.env.Stdout, "replication slot %s is ready (capture wal; messages committed from now on are captured)\n", st.Name)
 		}
 		return nil
 	})

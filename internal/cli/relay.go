@@ -257,6 +257,18 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 			return err
 		}
 	}
+	if sr, ok := store.(outbox.SlotReader); ok {
+		if err := outboxprom.RegisterSlot(reg, sr); err != nil {
+			return err
+		}
+	}
+	if c, ok := store.(interface{ Check(context.Context) error }); ok {
+		// Capture wal: a setting to change or a lost slot stops the relay
+		// here, with what to do, rather than in every lease round.
+		if err := c.Check(openCtx); err != nil {
+			return err
+		}
+	}
 	pub, err := backends.OpenPublisher(openCtx, f.broker, brokerOpts)
 	if err != nil {
 		return err

@@ -102,7 +102,11 @@ func writeStatusJSON(w io.Writer, st *outbox.Status, now time.Time) error {
 
 func writeStatusText(w io.Writer, st *outbox.Status, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "outstanding\t%d\n", st.Outstanding)
+	if st.Slot != nil && !st.Slot.Held {
+		fmt.Fprintf(tw, "outstanding\t- (capture wal: messages wait in the replication slot; see its lag)\n")
+	} else {
+		fmt.Fprintf(tw, "outstanding\t%d\n", st.Outstanding)
+	}
 	if st.OldestCreatedAt.IsZero() {
 		fmt.Fprintf(tw, "oldest\t-\n")
 	} else {
@@ -112,6 +116,11 @@ func writeStatusText(w io.Writer, st *outbox.Status, now time.Time) error {
 	fmt.Fprintf(tw, "live relays\t%d\n", len(st.Relays))
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if st.Slot != nil {
+		if err := writeSlotText(w, st.Slot); err != nil {
+			return err
+		}
 	}
 
 	if len(st.Topics) > 0 {
@@ -176,6 +185,52 @@ func writeStatusText(w io.Writer, st *outbox.Status, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// writeSlotText prints the replication slot of capture wal.
+func writeSlotText(w io.Writer, sl *outbox.SlotStatus) error {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	state := "not streamed (no relay holds it)"
+	switch {
+	case !sl.Exists:
+		state = "missing (run outbox migrate --capture wal)"
+	case sl.Held:
+		state = "streamed by this process"
+	case sl.Active:
+		state = fmt.Sprintf("streamed by a relay (server pid %d)", sl.ActivePID)
+	}
+	fmt.Fprintf(tw, "replication slot\t%s: %s\n", sl.Name, state)
+	if sl.Exists {
+		fmt.Fprintf(tw, "wal status\t%s\n", sl.WALStatus)
+		fmt.Fprintf(tw, "confirmed up to\t%s\n", sl.ConfirmedLSN)
+		lag := bytesText(sl.LagBytes)
+		if sl.LagSeconds != nil {
+			lag += fmt.Sprintf(", %s", age(time.Duration(*sl.LagSeconds*float64(time.Second))))
+		}
+		fmt.Fprintf(tw, "lag\t%s\n", lag)
+		if sl.SafeWALBytes != nil {
+			fmt.Fprintf(tw, "WAL before invalidation\t%s (max_slot_wal_keep_size)\n", bytesText(*sl.SafeWALBytes))
+		}
+	}
+	if sl.Error != "" {
+		fmt.Fprintf(tw, "ERROR\t%s\n", sl.Error)
+	}
+	return tw.Flush()
+}
+
+// bytesText formats a byte count for a person.
+func bytesText(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB (%d bytes)", v, "KMGTP"[i], n)
 }
 
 // age formats a duration for a table: rounded to what a person reads.

@@ -33,8 +33,11 @@ import (
 const childEnv = "OUTBOX_E2E_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "relay" {
+	switch os.Getenv(childEnv) {
+	case "relay":
 		os.Exit(childRelay())
+	case "walrelay":
+		os.Exit(childWALRelay())
 	}
 	testenv.Main(m)
 }

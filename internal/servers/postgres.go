@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -55,7 +56,8 @@ type PostgresOptions struct {
 	Dir string
 	// Settings are extra server settings (postgres -c NAME=VALUE), applied
 	// after and overriding the defaults: fsync=off, synchronous_commit=on,
-	// max_connections=300, shared_buffers=128MB. listen_addresses, port and
+	// max_connections=300, shared_buffers=128MB, wal_level=logical,
+	// max_replication_slots=100, max_wal_senders=100. listen_addresses, port and
 	// unix_socket_directories cannot be set.
 	Settings map[string]string
 	// Logf, if not nil, receives progress messages, such as start-up timings.
@@ -96,6 +98,59 @@ type PostgresSSL struct {
 // and registered with [AtExit], so that [StopAll] (which testenv.Main calls)
 // stops the server if the caller has not. ctx bounds the start-up.
 func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop func() error, err error) {
+	s, err := StartPostgresServer(ctx, opts)
+	if err != nil {
+		return "", nil, err
+	}
+	return s.DSN(), s.Stop, nil
+}
+
+// StartPostgresStandby starts a hot standby of the server at primaryDSN
+// (one StartPostgres started, whose trust rules let user postgres
+// replicate from 127.0.0.1): a copy of its cluster taken with pg_basebackup
+// -R, so that it streams the primary's changes and accepts only read-only
+// transactions. Everything else is as for StartPostgres, including the
+// settings (a standby needs max_connections at least the primary's).
+func StartPostgresStandby(ctx context.Context, primaryDSN string, opts PostgresOptions) (dsn string, stop func() error, err error) {
+	s, err := startCluster(ctx, opts, "pg_basebackup", func(bindir, dataDir string) ProcConfig {
+		return ProcConfig{
+			Name: "pg_basebackup",
+			Path: filepath.Join(bindir, "pg_basebackup"),
+			Args: []string{
+				"--dbname", primaryDSN,
+				"--pgdata", dataDir,
+				"--write-recovery-conf",
+				"--wal-method", "stream",
+				"--checkpoint", "fast",
+				"--no-sync",
+				"--no-password",
+			},
+		}
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return s.DSN(), s.Stop, nil
+}
+
+// PostgresServer is a server started by [StartPostgresServer], which can be
+// restarted on the same port and data directory.
+type PostgresServer struct {
+	mu       sync.Mutex
+	bindir   string
+	dir      string
+	dataDir  string
+	cred     *syscall.Credential
+	settings map[string]string
+	port     int
+	proc     *Proc
+	logf     func(string, ...any)
+	stop     func() error
+}
+
+// StartPostgresServer is [StartPostgres] returning the server, for tests
+// that restart it.
+func StartPostgresServer(ctx context.Context, opts PostgresOptions) (*PostgresServer, error) {
 	return startCluster(ctx, opts, "initdb", func(bindir, dataDir string) ProcConfig {
 		return ProcConfig{
 			Name: "initdb",
@@ -113,54 +168,30 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop 
 	})
 }
 
-// StartPostgresStandby starts a hot standby of the server at primaryDSN
-// (one StartPostgres started, whose trust rules let user postgres
-// replicate from 127.0.0.1): a copy of its cluster taken with pg_basebackup
-// -R, so that it streams the primary's changes and accepts only read-only
-// transactions. Everything else is as for StartPostgres, including the
-// settings (a standby needs max_connections at least the primary's).
-func StartPostgresStandby(ctx context.Context, primaryDSN string, opts PostgresOptions) (dsn string, stop func() error, err error) {
-	return startCluster(ctx, opts, "pg_basebackup", func(bindir, dataDir string) ProcConfig {
-		return ProcConfig{
-			Name: "pg_basebackup",
-			Path: filepath.Join(bindir, "pg_basebackup"),
-			Args: []string{
-				"--dbname", primaryDSN,
-				"--pgdata", dataDir,
-				"--write-recovery-conf",
-				"--wal-method", "stream",
-				"--checkpoint", "fast",
-				"--no-sync",
-				"--no-password",
-			},
-		}
-	})
-}
-
 // startCluster creates a cluster in a new server directory with the
 // command create returns (run as user postgres in that directory), then
 // starts a server on it.
-func startCluster(ctx context.Context, opts PostgresOptions, what string, create func(bindir, dataDir string) ProcConfig) (dsn string, stop func() error, err error) {
+func startCluster(ctx context.Context, opts PostgresOptions, what string, create func(bindir, dataDir string) ProcConfig) (_ *PostgresServer, err error) {
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
 	for _, k := range postgresFixedSettings {
 		if _, ok := opts.Settings[k]; ok {
-			return "", nil, fmt.Errorf("servers: postgres setting %s is managed by StartPostgres and cannot be set", k)
+			return nil, fmt.Errorf("servers: postgres setting %s is managed by StartPostgres and cannot be set", k)
 		}
 	}
 	bindir, err := postgresBinDir()
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	cred, err := UserCredential("postgres")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	dir, err := NewServerDir(opts.Dir, "postgres", cred)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -173,30 +204,70 @@ func startCluster(ctx context.Context, opts PostgresOptions, what string, create
 	cfg := create(bindir, dataDir)
 	cfg.Dir, cfg.Credential = dir, cred
 	if err = RunProc(ctx, cfg); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	logf("servers: postgres: %s %s in %v", what, dataDir, time.Since(t0).Round(time.Millisecond))
 	settings, err := configurePostgres(dataDir, cred, opts)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 
 	for attempt := 1; ; attempt++ {
 		t1 := time.Now()
-		proc, port, err := startPostmaster(ctx, bindir, dir, dataDir, cred, settings)
+		proc, port, err := startPostmaster(ctx, bindir, dir, dataDir, cred, settings, 0)
 		if err == nil {
 			logf("servers: postgres: pid %d ready on 127.0.0.1:%d in %v (%v with %s)",
 				proc.PID(), port, time.Since(t1).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond), what)
-			stop := AtExit("postgres", func() error {
-				return errors.Join(proc.Stop(), os.RemoveAll(dir))
+			s := &PostgresServer{bindir: bindir, dir: dir, dataDir: dataDir, cred: cred, settings: settings, port: port, proc: proc, logf: logf}
+			s.stop = AtExit("postgres", func() error {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				var err error
+				if s.proc != nil {
+					err = s.proc.Stop()
+				}
+				return errors.Join(err, os.RemoveAll(dir))
 			})
-			return postgresDSN(port, "postgres"), stop, nil
+			return s, nil
 		}
 		if proc == nil || attempt == postgresPortAttempts || !portTaken(proc) {
-			return "", nil, err
+			return nil, err
 		}
 		logf("servers: postgres: port %d taken, retrying with another one", port)
 	}
+}
+
+// DSN returns the DSN of the server's postgres database.
+func (s *PostgresServer) DSN() string { return postgresDSN(s.port, "postgres") }
+
+// Stop shuts the server down and removes its directory. It is idempotent.
+func (s *PostgresServer) Stop() error { return s.stop() }
+
+// Restart stops the server and starts it again on the same port and data
+// directory. With crash, the stop is an immediate shutdown (SIGQUIT: no
+// checkpoint, crash recovery at the next start), as after a power loss of
+// the server process; otherwise a fast shutdown.
+func (s *PostgresServer) Restart(ctx context.Context, crash bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return errors.New("servers: postgres: restart after a failed restart or Stop")
+	}
+	if crash {
+		s.proc.cfg.StopSignal = syscall.SIGQUIT
+	}
+	if err := s.proc.Stop(); err != nil {
+		return err
+	}
+	s.proc = nil
+	t0 := time.Now()
+	proc, _, err := startPostmaster(ctx, s.bindir, s.dir, s.dataDir, s.cred, s.settings, s.port)
+	if err != nil {
+		return err
+	}
+	s.proc = proc
+	s.logf("servers: postgres: restarted (crash %v) as pid %d in %v", crash, proc.PID(), time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 // configurePostgres writes the SSL files and pg_hba.conf of opts into
@@ -241,13 +312,15 @@ func configurePostgres(dataDir string, cred *syscall.Credential, opts PostgresOp
 	return settings, nil
 }
 
-// startPostmaster starts the server on a free port and waits until it
+// startPostmaster starts the server on port (0: a free one) and waits until it
 // accepts connections. On failure the process, if it was started, has been
 // stopped and is returned for inspection.
-func startPostmaster(ctx context.Context, bindir, dir, dataDir string, cred *syscall.Credential, extra map[string]string) (*Proc, int, error) {
-	port, err := postgresPort()
-	if err != nil {
-		return nil, 0, err
+func startPostmaster(ctx context.Context, bindir, dir, dataDir string, cred *syscall.Credential, extra map[string]string, port int) (*Proc, int, error) {
+	if port == 0 {
+		var err error
+		if port, err = postgresPort(); err != nil {
+			return nil, 0, err
+		}
 	}
 	settings := map[string]string{
 		"listen_addresses":        "127.0.0.1",
@@ -256,6 +329,11 @@ func startPostmaster(ctx context.Context, bindir, dir, dataDir string, cred *sys
 		"synchronous_commit":      "on",
 		"max_connections":         "300",
 		"shared_buffers":          "128MB",
+		// Logical decoding for the WAL capture of store/postgres; cheap
+		// for everything else (a little more WAL for catalog changes).
+		"wal_level":             "logical",
+		"max_replication_slots": "100",
+		"max_wal_senders":       "100",
 	}
 	maps.Copy(settings, extra)
 	args := []string{"-D", dataDir, "-p", strconv.Itoa(port)}

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxrelay/outbox/internal/servers"
 )
@@ -92,7 +94,7 @@ func PostgresDSN(t testing.TB) string {
 		t.Fatalf("servers: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		if err := execAdmin(serverDSN, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		if err := dropDatabase(serverDSN, name); err != nil {
 			t.Errorf("servers: drop database %s: %v", name, err)
 		}
 	})
@@ -103,6 +105,55 @@ func PostgresDSN(t testing.TB) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// dropDatabase drops database name even if connections to it are open or
+// a replication connection streams from one of its logical slots (which
+// DROP DATABASE refuses): such connections are terminated first, and the
+// drop is retried while their slots are still marked active.
+func dropDatabase(serverDSN, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), dbOpTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, serverDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for {
+		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || pe.Code != "55006" { // object_in_use: an active slot
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// PostgresServer starts a PostgreSQL server of this test alone (for tests
+// that restart it or need other settings than the shared server's), stopped
+// by t.Cleanup, and returns it: DSN() is its postgres database.
+func PostgresServer(t testing.TB, opts PostgresOptions) *servers.PostgresServer {
+	t.Helper()
+	requireMain(t)
+	ctx, cancel := context.WithTimeout(context.Background(), sharedPostgresStartTimeout)
+	defer cancel()
+	s, err := servers.StartPostgresServer(ctx, opts)
+	if err != nil {
+		t.Fatalf("testenv: PostgreSQL server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("testenv: stop PostgreSQL: %v", err)
+		}
+	})
+	return s
 }
 
 // execAdmin runs sql on its own connection to dsn.

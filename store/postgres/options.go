@@ -66,8 +66,14 @@ type Options struct {
 	Retention time.Duration
 	// Notify makes Write send a NOTIFY (delivered on commit) that wakes
 	// subscribed relays; default true. The relay polls as well, so turning
-	// it off only adds latency.
+	// it off only adds latency. Not used with CaptureWAL.
 	Notify *bool
+	// Capture is how messages travel from writers to the relay:
+	// CaptureTable (the default) or CaptureWAL. Writers and the relay must
+	// agree. See the package documentation, "Capture modes".
+	Capture Capture
+	// WAL configures CaptureWAL; ignored otherwise.
+	WAL WALOptions
 	// Inject, if set, adds to each message what the ctx of Write carries
 	// for consumers, before the message is validated: the trace context of
 	// the writing span, with outboxtrace.Injector (package tracing/otel).
@@ -89,6 +95,31 @@ type Options struct {
 	KeyLocks *bool
 }
 
+// Capture is how messages travel from writers to the relay.
+type Capture string
+
+const (
+	// CaptureTable: Write inserts rows into <prefix>_messages; the relay
+	// reads them per partition and deletes them once published.
+	CaptureTable Capture = "table"
+	// CaptureWAL: Write emits each message into the WAL
+	// (pg_logical_emit_message) in the application's transaction; nothing
+	// is inserted. The relay reads a logical replication slot and gets the
+	// messages in commit order. See [WALStore].
+	CaptureWAL Capture = "wal"
+)
+
+// ParseCapture parses "table" or "wal" (empty means table).
+func ParseCapture(s string) (Capture, error) {
+	switch Capture(s) {
+	case "", CaptureTable:
+		return CaptureTable, nil
+	case CaptureWAL:
+		return CaptureWAL, nil
+	}
+	return "", fmt.Errorf("capture must be %q or %q, got %q", CaptureTable, CaptureWAL, s)
+}
+
 // WithDefaults returns a copy of o with every zero field set to its default.
 // Partitions stays zero: it defaults only when Migrate creates the tables.
 func (o Options) WithDefaults() Options {
@@ -101,6 +132,8 @@ func (o Options) WithDefaults() Options {
 	if o.KeyLocks == nil {
 		o.KeyLocks = new(KeyLocksDefault)
 	}
+	o.Capture = cmp.Or(o.Capture, CaptureTable)
+	o.WAL = o.WAL.withDefaults(o.Schema, o.TablePrefix)
 	return o
 }
 
@@ -108,7 +141,7 @@ func (o Options) WithDefaults() Options {
 // NewWriter return it before any I/O.
 type OptionError struct {
 	// Field is the Options field: "Schema", "TablePrefix", "Partitions",
-	// "MaxPayload" or "Retention".
+	// "MaxPayload", "Retention", "Capture" or "WAL.<field>".
 	Field string
 	// Reason says what is wrong with the value and what to use instead.
 	Reason string
@@ -139,6 +172,15 @@ func (o Options) validate() error {
 	}
 	if o.Retention < 0 {
 		return &OptionError{"Retention", fmt.Sprintf("must not be negative (0 deletes on acknowledgement), got %v", o.Retention)}
+	}
+	if _, err := ParseCapture(string(o.Capture)); err != nil {
+		return &OptionError{"Capture", fmt.Sprintf("must be %q or %q, got %q", CaptureTable, CaptureWAL, o.Capture)}
+	}
+	if o.Capture == CaptureWAL {
+		if o.Retention > 0 {
+			return &OptionError{"Retention", fmt.Sprintf("keeps published rows of the outbox table; with Capture %q nothing is stored: set it to 0", CaptureWAL)}
+		}
+		return o.WAL.validate()
 	}
 	return nil
 }

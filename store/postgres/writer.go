@@ -27,17 +27,26 @@ type Writer struct {
 	n     names
 	sql   string     // the INSERT (with pg_notify when Options.Notify)
 	locks *keyLocker // nil unless Options.KeyLocks
+	// wal is the prefix of the logical messages emitted with CaptureWAL,
+	// empty with CaptureTable.
+	wal string
 }
 
 // NewWriter returns a Writer for the tables named by opts (Schema,
 // TablePrefix), with opts.MaxPayload as the payload limit and opts.Notify
-// deciding whether writes wake subscribed relays.
+// deciding whether writes wake subscribed relays. With opts.Capture
+// CaptureWAL it emits the messages into the WAL instead (see
+// [Writer.Write]).
 func NewWriter(opts Options) (*Writer, error) {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	n := newNames(opts)
+	if opts.Capture == CaptureWAL {
+		// The WAL delivers transactions in commit order: no key locks needed.
+		return &Writer{opts: opts, n: n, sql: walWriteSQL, wal: walPrefix(opts)}, nil
+	}
 	w := &Writer{opts: opts, n: n, sql: writeSQL(n, *opts.Notify, *opts.KeyLocks)}
 	if *opts.KeyLocks {
 		w.locks = newKeyLocker(opts)
@@ -67,7 +76,10 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 
 // Write inserts msgs in tx with one statement (one round trip, whatever the
 // number of messages) and, unless Options.Notify is false, queues a NOTIFY
-// that PostgreSQL delivers when tx commits.
+// that PostgreSQL delivers when tx commits. With CaptureWAL it emits them
+// instead, in the same single statement, as transactional logical
+// decoding messages (pg_logical_emit_message), which a [WALStore] reads
+// in commit order; no row is written.
 //
 // Order. Each message draws its sequence number (Record.Seq) from a
 // PostgreSQL sequence when Write inserts it, and the relay publishes a
@@ -100,6 +112,9 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) e
 	if len(msgs) == 0 {
 		return nil
 	}
+	if w.wal != "" {
+		return w.writeWAL(ctx, tx, msgs)
+	}
 	args, err := w.args(ctx, msgs)
 	if err != nil {
 		return err
@@ -126,6 +141,9 @@ func (w *Writer) dest(n *int64) []any {
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
+	}
+	if w.wal != "" {
+		return w.writeWALSQL(ctx, tx, msgs)
 	}
 	args, err := w.args(ctx, msgs)
 	if err != nil {
@@ -170,14 +188,8 @@ func (w *Writer) args(ctx context.Context, msgs []outbox.Message) ([]any, error)
 	)
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
-		if w.opts.Inject != nil {
-			m.Headers = w.opts.Inject(ctx, m.Headers)
-		}
-		if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
-			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
-		}
-		if err := storable(&m); err != nil {
-			return nil, fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
+		if err := w.prepare(ctx, &m, i, len(msgs), now); err != nil {
+			return nil, err
 		}
 		id, err := parseUUID(m.ID)
 		if err != nil {
@@ -223,6 +235,32 @@ func (w *Writer) args(ctx context.Context, msgs []outbox.Message) ([]any, error)
 		args = append(args, w.n.channel)
 	}
 	return args, nil
+}
+
+// prepare adds the injected headers (trace context) to m, fills in its ID
+// and CreatedAt and checks it (message i of n), for either capture.
+func (w *Writer) prepare(ctx context.Context, m *outbox.Message, i, n int, now time.Time) error {
+	if w.opts.Inject != nil {
+		m.Headers = w.opts.Inject(ctx, m.Headers)
+	}
+	if err := m.Prepare(now, w.opts.MaxPayload); err != nil {
+		return fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, n, m.Topic, err)
+	}
+	if err := storable(m); err != nil {
+		return fmt.Errorf("postgres: write: message %d of %d (topic %q): %w", i, n, m.Topic, err)
+	}
+	return nil
+}
+
+// keyHash is the 32-bit hash behind outbox.PartitionOf: the first 4 bytes of
+// SHA-256(key) as a little-endian uint32, so that hash % P equals
+// outbox.PartitionOf(key, P). An empty key gets a random hash.
+func keyHash(key string) uint32 {
+	if key == "" {
+		return rand.Uint32()
+	}
+	sum := sha256.Sum256([]byte(key))
+	return binary.LittleEndian.Uint32(sum[:4])
 }
 
 // parseUUID decodes a canonical lower-case UUID string (as

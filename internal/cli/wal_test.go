@@ -1,0 +1,115 @@
+package cli_test
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/store/postgres"
+)
+
+// writeWAL commits msgs into the WAL of dsn (capture wal, default names).
+func writeWAL(t *testing.T, dsn string, msgs []outbox.Message) {
+	t.Helper()
+	w, err := postgres.NewWriter(postgres.Options{Capture: postgres.CaptureWAL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := pgx.BeginFunc(t.Context(), conn, func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msgs...) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCaptureWAL: migrate --capture wal creates the slot; a relay given
+// ?capture=wal in the store URL publishes what writers emit into the WAL,
+// exports the slot's lag on /metrics; status shows the slot; after a
+// stop, the messages written meanwhile wait in the slot and a new relay
+// publishes them.
+func TestCaptureWAL(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDSN(t)
+	r := mustRun(t, nil, "migrate", "--store", dsn, "--capture", "wal", "--partitions", "8")
+	if !strings.Contains(r.stdout, "(8 partitions)") || !strings.Contains(r.stdout, "replication slot outbox is ready") {
+		t.Fatalf("migrate --capture wal: %v", r)
+	}
+	mustRun(t, nil, "migrate", "--store", dsn, "--capture", "wal") // again: a no-op
+	ns := testenv.NATS(t)
+	st := stream(t, ns, "orders.>")
+	writeWAL(t, dsn, messages("orders.created", 100, 10))
+
+	relay := func() *background {
+		return start(t, map[string]string{"OUTBOX_HTTP_ADDR": "127.0.0.1:0"}, "relay", "--store", dsn+"&capture=wal", "--broker", ns.ClientURL(),
+			"--log-format", "json", "--poll-interval", "50ms")
+	}
+	b := relay()
+	addr := httpAddrFromLog(t, b)
+	poll(t, "the first messages to reach the stream", func() bool { return streamMsgs(t, st) >= 100 })
+	writeWAL(t, dsn, messages("orders.paid", 50, 5))
+	poll(t, "the later messages to reach the stream", func() bool { return streamMsgs(t, st) >= 150 })
+	poll(t, "/metrics to show the slot held", func() bool {
+		_, body := httpGet(t, "http://"+addr+"/metrics")
+		return strings.Contains(body, `outbox_wal_slot_held{slot="outbox"} 1`) && strings.Contains(body, `outbox_wal_slot_lag_bytes{slot="outbox"}`)
+	})
+	s := statusJSON(t, dsn+"&capture=wal")
+	if s.Slot == nil || s.Slot.Name != "outbox" || !s.Slot.Active || s.Slot.Held || s.Slot.WALStatus == "lost" {
+		t.Fatalf("status --json slot = %+v, want outbox, streamed by the relay", s.Slot)
+	}
+	text := mustRun(t, nil, "status", "--store", dsn, "--capture", "wal").stdout
+	for _, re := range []string{`(?m)^replication slot\s+outbox: streamed by a relay`, `(?m)^lag\s+\d`, `(?m)^outstanding\s+- \(capture wal`} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Fatalf("status text lacks %s:\n%s", re, text)
+		}
+	}
+	if code := b.stop(t); code != 0 {
+		t.Fatalf("relay exited %d:\n%s", code, b.stderr)
+	}
+	if got := streamMsgs(t, st); got != 150 {
+		t.Fatalf("stream holds %d messages, want 150", got)
+	}
+	// Written while no relay runs: kept by the slot, published by the next.
+	writeWAL(t, dsn, messages("orders.shipped", 30, 3))
+	b = relay()
+	poll(t, "the messages written during the stop to reach the stream", func() bool { return streamMsgs(t, st) >= 180 })
+	if code := b.stop(t); code != 0 {
+		t.Fatalf("relay exited %d:\n%s", code, b.stderr)
+	}
+	if got := streamMsgs(t, st); got != 180 {
+		t.Fatalf("stream holds %d messages, want 180: a graceful stop published some twice or lost some", got)
+	}
+	mustRun(t, nil, "dlq", "list", "--store", dsn, "--capture", "wal") // the dead-letter table of the table mode
+}
+
+// TestCaptureWALUsageErrors: a bad --capture, or wal on a store that is
+// not PostgreSQL, is a usage error naming the flag.
+func TestCaptureWALUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"migrate", "--store", "postgres://u@127.0.0.1:1/app", "--capture", "logical"}, []string{"--capture", `"table" or "wal"`}},
+		{[]string{"status", "--store", "postgres://u@127.0.0.1:1/app?capture=cdc"}, []string{"--capture", `got "cdc"`}},
+		{[]string{"relay", "--store", "sqlite://" + t.TempDir() + "/x.db", "--broker", "nats://127.0.0.1:1", "--capture", "wal"}, []string{"--capture", "needs a postgres:// store", "sqlite"}},
+		{[]string{"status", "--store", "postgres://u@127.0.0.1:1/app?capture=wal", "--capture", "table"}, []string{"capture=", "conflicts with --capture"}},
+	} {
+		r := run(t, nil, tc.args...)
+		if r.code != 2 {
+			t.Fatalf("%v: want exit 2: %v", tc.args, r)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%v: stderr %q lacks %q", tc.args, r.stderr, w)
+			}
+		}
+	}
+}

@@ -1,0 +1,848 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Compile-time checks of the abilities a WALStore offers.
+var (
+	_ outbox.Store             = (*WALStore)(nil)
+	_ outbox.CommitOrdered     = (*WALStore)(nil)
+	_ outbox.PartitionNotifier = (*WALStore)(nil)
+	_ outbox.StatusReader      = (*WALStore)(nil)
+	_ outbox.DeadLetterStore   = (*WALStore)(nil)
+	_ outbox.SlotReader        = (*WALStore)(nil)
+)
+
+// ErrSlotLost is wrapped by the errors of a WALStore whose replication slot
+// PostgreSQL invalidated (wal_status = lost: the WAL it needed was removed,
+// max_slot_wal_keep_size exceeded). Messages written since the slot's
+// confirmed position were lost and cannot be recovered from the WAL.
+var ErrSlotLost = errors.New("the replication slot was invalidated by PostgreSQL (wal_status = lost): messages written since its confirmed position were LOST")
+
+// errSlotBusy: another relay streams from the slot; this one stands by.
+var errSlotBusy = errors.New("the replication slot is active in another relay: standing by")
+
+// WALStore is the relay side of the WAL capture (Options.Capture =
+// CaptureWAL): writers emit their messages into the WAL inside their
+// transactions ([Writer.Write]), and one relay process at a time streams
+// them from a logical replication slot (pgoutput with messages), in
+// commit order, into memory, where the relay's workers fetch and settle
+// them. It implements outbox.Store, outbox.CommitOrdered (Seq is commit
+// order, so the relay never sweeps), outbox.PartitionNotifier (each
+// captured message wakes its partition's worker), outbox.StatusReader,
+// outbox.SlotReader and outbox.DeadLetterStore (the dead-letter table of
+// the table mode, so `outbox dlq` works unchanged).
+//
+// # One holder, standbys
+//
+// PostgreSQL lets one connection stream from a slot. The process that
+// holds it gets every partition lease; the relays of other processes get
+// none and try to take the slot every WALOptions.RetryInterval. A killed
+// holder's connection closes at once, so a standby takes over within
+// about RetryInterval; after a network partition, within about
+// WALOptions.Timeout + RetryInterval. Leases, heartbeats and epochs live in
+// the holder's memory: one relay per WALStore is the intended use
+// (several share its partitions like relays sharing a table).
+//
+// # What is confirmed
+//
+// The position confirmed to PostgreSQL (the slot's confirmed_flush_lsn)
+// only covers transactions whose every message was acknowledged by the
+// broker or written to the dead letters. A crash therefore publishes again
+// only what was not confirmed; a standby taking over starts from there.
+// Any copy published twice carries the same ID.
+//
+// # Bounded memory
+//
+// At most WALOptions.BufferMessages messages (and BufferBytes of payload)
+// are held; beyond that the reader stops reading (it keeps the connection
+// alive), whatever the size of the transactions. A key whose messages keep
+// failing holds its messages in memory until they are dead-lettered; if
+// they fill the buffer, capture waits for them.
+//
+// A WALStore is safe for concurrent use.
+type WALStore struct {
+	tab    *Store
+	opts   Options
+	w      WALOptions
+	prefix string
+	repl   *pgconn.Config
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	p        int        // partitions; 0 until read
+	buf      *walBuffer // nil until the slot is first held
+	active   bool       // the reader streams from the slot
+	epochs   int64      // slot acquisitions (status)
+	fatal    error      // why the reader cannot stream (slot lost, settings), if it cannot
+	standby  bool       // another relay holds the slot
+	leases   []walLease
+	relays   map[string]time.Time
+	everLive bool // a node heartbeated since the reader started
+	run      *walRun
+	subs     []*walSub
+	room     chan struct{} // signalled when the full buffer has room again
+	recv     pglogrepl.LSN // everything committed before it was received
+	recvCond *sync.Cond    // broadcast when recv advances or the reader stops
+
+	keepalives atomic.Int64
+	statusSent atomic.Int64
+	settleMu   sync.Mutex // one Settle at a time: dead letters go in before their entries leave
+	closed     atomic.Bool
+}
+
+type walLease struct {
+	owner   string
+	epoch   int64
+	expires time.Time
+}
+
+type walRun struct {
+	stop func()
+	done chan struct{}
+}
+
+type walSub struct {
+	dirty map[int]bool
+	ch    chan struct{}
+}
+
+// OpenWAL connects to the database at dsn with its own pool, like [Open],
+// and returns a WALStore (opts.Capture is set to CaptureWAL). The
+// replication connection is opened only when a relay acquires leases.
+func OpenWAL(ctx context.Context, dsn string, opts Options) (*WALStore, error) {
+	opts.Capture = CaptureWAL
+	if err := opts.WithDefaults().validate(); err != nil {
+		return nil, err
+	}
+	tab, err := Open(ctx, dsn, tableOptions(opts))
+	if err != nil {
+		return nil, err
+	}
+	s, err := newWALStore(tab, opts)
+	if err != nil {
+		tab.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewWAL returns a WALStore using the caller's pool, which Close leaves
+// open. The replication connection uses the pool's connection settings.
+func NewWAL(pool *pgxpool.Pool, opts Options) (*WALStore, error) {
+	opts.Capture = CaptureWAL
+	if err := opts.WithDefaults().validate(); err != nil {
+		return nil, err
+	}
+	tab, err := New(pool, tableOptions(opts))
+	if err != nil {
+		return nil, err
+	}
+	return newWALStore(tab, opts)
+}
+
+// tableOptions are the options of the Store holding the tables: the same
+// names, table capture (its Fetch and Settle are never used).
+func tableOptions(o Options) Options {
+	o.Capture = CaptureTable
+	return o
+}
+
+// SetLogger makes the store log its replication events (slot taken, lost,
+// standing by) to l. Call it before the relay starts.
+func (s *WALStore) SetLogger(l *slog.Logger) {
+	s.mu.Lock()
+	s.log = l
+	s.mu.Unlock()
+}
+
+func newWALStore(tab *Store, opts Options) (*WALStore, error) {
+	opts = opts.WithDefaults()
+	repl := tab.pool.Config().ConnConfig.Config.Copy()
+	if repl.RuntimeParams == nil {
+		repl.RuntimeParams = map[string]string{}
+	}
+	repl.RuntimeParams["replication"] = "database"
+	repl.RuntimeParams["wal_sender_timeout"] = fmt.Sprint(opts.WAL.Timeout.Milliseconds())
+	if repl.RuntimeParams["application_name"] == "" {
+		repl.RuntimeParams["application_name"] = "outbox relay"
+	}
+	s := &WALStore{
+		tab:    tab,
+		opts:   opts,
+		w:      opts.WAL,
+		prefix: walPrefix(opts),
+		repl:   repl,
+		log:    slog.New(slog.DiscardHandler),
+		relays: map[string]time.Time{},
+		room:   make(chan struct{}, 1),
+	}
+	s.recvCond = sync.NewCond(&s.mu)
+	return s, nil
+}
+
+// Close stops the reader (confirming what is settled), then closes the pool
+// if OpenWAL created it. It is idempotent.
+func (s *WALStore) Close() {
+	if s.closed.Swap(true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.w.Timeout)
+	defer cancel()
+	s.stopReader(ctx)
+	s.mu.Lock()
+	for _, sub := range s.subs {
+		close(sub.ch)
+	}
+	s.subs = nil
+	s.mu.Unlock()
+	s.tab.Close()
+}
+
+// Pool returns the store's connection pool, for the application's own
+// transactions.
+func (s *WALStore) Pool() *pgxpool.Pool { return s.tab.pool }
+
+// Writer returns a Writer emitting into the WAL with the store's options.
+func (s *WALStore) Writer() *Writer {
+	w, _ := NewWriter(s.opts) // the options were validated
+	return w
+}
+
+// Options returns the store's options, with defaults applied.
+func (s *WALStore) Options() Options { return s.opts }
+
+// Tables returns the table-mode Store on the same tables (meta, dead
+// letters): for administration, never for relaying.
+func (s *WALStore) Tables() *Store { return s.tab }
+
+func (s *WALStore) check(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("postgres: %s: %w", op, outbox.ErrClosed)
+	}
+	return nil
+}
+
+// CommitOrdered marks that Seq order is commit order: nothing can appear
+// below a relay's cursor, so the relay never sweeps.
+func (s *WALStore) CommitOrdered() {}
+
+// Partitions returns P, read from the meta table.
+func (s *WALStore) Partitions(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	p := s.p
+	s.mu.Unlock()
+	if p > 0 {
+		return p, nil
+	}
+	p, err := s.tab.Partitions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	if s.p == 0 {
+		s.p = p
+		s.leases = make([]walLease, p)
+	}
+	s.mu.Unlock()
+	return p, nil
+}
+
+// Heartbeat records node as alive until now+ttl in this process and
+// returns how many nodes of this process are alive (standbys in other
+// processes are not counted: they hold nothing).
+func (s *WALStore) Heartbeat(ctx context.Context, node string, ttl time.Duration) (int, error) {
+	if err := s.check("heartbeat"); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.relays[node] = now.Add(ttl)
+	s.everLive = true
+	s.pruneRelays(now)
+	return len(s.relays), nil
+}
+
+func (s *WALStore) pruneRelays(now time.Time) {
+	for n, exp := range s.relays {
+		if !exp.After(now) {
+			delete(s.relays, n)
+		}
+	}
+}
+
+// AcquireLeases renews node's leases in held and takes up to want free
+// partitions, as long as this process holds the slot. Otherwise it returns
+// no lease, and with want > 0 makes sure the reader is trying to take the
+// slot; if the reader cannot stream at all (the slot was lost, a setting
+// must change), it returns that error.
+func (s *WALStore) AcquireLeases(ctx context.Context, node string, held []outbox.Lease, want int, ttl time.Duration) ([]outbox.Lease, error) {
+	if err := s.check("acquire leases"); err != nil {
+		return nil, err
+	}
+	if _, err := s.Partitions(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if want > 0 {
+		s.startReaderLocked()
+	}
+	if !s.active {
+		if s.fatal != nil {
+			return nil, s.fatal
+		}
+		return nil, nil
+	}
+	now := time.Now()
+	var out []outbox.Lease
+	for _, h := range held {
+		if h.Partition < 0 || h.Partition >= len(s.leases) {
+			continue
+		}
+		l := &s.leases[h.Partition]
+		if l.owner == node && l.epoch == h.Epoch && l.expires.After(now) {
+			l.expires = now.Add(ttl)
+			out = append(out, h)
+		}
+	}
+	for p := range s.leases {
+		if want <= 0 {
+			break
+		}
+		l := &s.leases[p]
+		if l.owner != "" && l.expires.After(now) {
+			continue
+		}
+		l.owner, l.epoch, l.expires = node, l.epoch+1, now.Add(ttl)
+		out = append(out, outbox.Lease{Partition: p, Epoch: l.epoch})
+		want--
+	}
+	return out, nil
+}
+
+// ReleaseLeases hands back leases node holds with those epochs. Once no
+// partition is leased and no relay of this process is alive (a relay cut
+// off from its broker hands everything back), the slot is released, with
+// the settled position confirmed, for a standby to take.
+func (s *WALStore) ReleaseLeases(ctx context.Context, node string, leases []outbox.Lease) error {
+	if err := s.check("release leases"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.releaseLocked(node, leases)
+	idle := s.idleLocked()
+	s.mu.Unlock()
+	if idle {
+		s.stopReader(ctx)
+	}
+	return nil
+}
+
+func (s *WALStore) releaseLocked(node string, leases []outbox.Lease) {
+	for _, h := range leases {
+		if h.Partition < 0 || h.Partition >= len(s.leases) {
+			continue
+		}
+		l := &s.leases[h.Partition]
+		if l.owner == node && l.epoch == h.Epoch {
+			l.owner, l.expires = "", time.Time{}
+		}
+	}
+}
+
+// idleLocked reports whether the relays of this process are gone: none
+// alive (after one was), no lease held.
+func (s *WALStore) idleLocked() bool {
+	now := time.Now()
+	s.pruneRelays(now)
+	if !s.everLive || len(s.relays) > 0 {
+		return false
+	}
+	for _, l := range s.leases {
+		if l.owner != "" && l.expires.After(now) {
+			return false
+		}
+	}
+	return true
+}
+
+// Leave removes node's heartbeat and releases its leases with those
+// epochs. When the last relay of this process leaves, the reader confirms
+// the settled position and releases the slot (a graceful stop loses
+// nothing and leaves nothing to publish twice).
+func (s *WALStore) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
+	if err := s.check("leave"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.releaseLocked(node, leases)
+	delete(s.relays, node)
+	idle := s.idleLocked()
+	s.mu.Unlock()
+	if idle {
+		s.stopReader(ctx)
+	}
+	return nil
+}
+
+// Fetch returns, per cursor, up to limit held records of its partition with
+// Seq > After, in Seq (commit) order. Reads are not fenced.
+func (s *WALStore) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) ([]outbox.Record, error) {
+	if err := s.check("fetch"); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buf == nil {
+		return nil, nil
+	}
+	var out []outbox.Record
+	for _, c := range cursors {
+		if c.Partition < 0 || c.Partition >= s.buf.p {
+			continue
+		}
+		out = s.buf.fetch(out, c.Partition, c.After, limit)
+	}
+	return out, nil
+}
+
+// Unsettled returns the held records of each cursor's partition with
+// Seq <= After.
+func (s *WALStore) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbox.RecordRef, error) {
+	if err := s.check("unsettled"); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buf == nil {
+		return nil, nil
+	}
+	var out []outbox.RecordRef
+	for _, c := range cursors {
+		if c.Partition < 0 || c.Partition >= s.buf.p {
+			continue
+		}
+		for _, e := range s.buf.parts[c.Partition].entries[:s.buf.from(c.Partition, c.After)] {
+			if !e.done {
+				out = append(out, outbox.RecordRef{ID: e.rec.ID, Partition: e.rec.Partition, Seq: e.rec.Seq})
+			}
+		}
+	}
+	return out, nil
+}
+
+// Settle applies settlements under leases node holds with those epochs:
+// delivered records are forgotten, retries updated in memory, and dead
+// records written to the dead-letter table first (one statement), then
+// forgotten. Only then can the confirmed position move past them. The
+// settlements of other leases are refused (*outbox.FencedError).
+func (s *WALStore) Settle(ctx context.Context, node string, settlements []outbox.Settlement) error {
+	if err := s.check("settle"); err != nil {
+		return err
+	}
+	s.settleMu.Lock()
+	defer s.settleMu.Unlock()
+
+	valid := func(st *outbox.Settlement) bool {
+		if !s.active || s.buf == nil || st.Partition < 0 || st.Partition >= len(s.leases) {
+			return false
+		}
+		l := s.leases[st.Partition]
+		return l.owner == node && l.epoch == st.Epoch
+	}
+	// The dead letters, with what the buffer holds of them.
+	s.mu.Lock()
+	var dead []deadRow
+	for i := range settlements {
+		st := &settlements[i]
+		if st.Empty() || !valid(st) {
+			continue
+		}
+		for _, f := range st.Dead {
+			if e := s.buf.get(f.ID, st.Partition); e != nil {
+				dead = append(dead, deadRow{rec: e.rec, commitLSN: e.txn.commitLSN, attempts: f.Attempts, err: f.Err})
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(dead) > 0 {
+		if err := s.insertDead(ctx, dead); err != nil {
+			return err
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	settled := false
+	fenced := &outbox.FencedError{}
+	for i := range settlements {
+		st := &settlements[i]
+		if st.Empty() {
+			continue
+		}
+		if !valid(st) {
+			fenced.Leases = append(fenced.Leases, st.Lease)
+			continue
+		}
+		for _, id := range st.Delivered {
+			if e := s.buf.get(id, st.Partition); e != nil {
+				s.buf.settle(e)
+				settled = true
+			}
+		}
+		for _, f := range st.Retry {
+			if e := s.buf.get(f.ID, st.Partition); e != nil {
+				e.rec.Attempts, e.rec.NextAttemptAt, e.rec.LastError = f.Attempts, f.NextAttemptAt, errorText(f.Err)
+			}
+		}
+		for _, f := range st.Dead {
+			if e := s.buf.get(f.ID, st.Partition); e != nil {
+				s.buf.settle(e)
+				settled = true
+			}
+		}
+	}
+	if settled { // a reader waiting for room looks again
+		select {
+		case s.room <- struct{}{}:
+		default:
+		}
+	}
+	if len(fenced.Leases) > 0 {
+		return fenced
+	}
+	return nil
+}
+
+// deadRow is a record to dead-letter with its failure.
+type deadRow struct {
+	rec       outbox.Record
+	commitLSN pglogrepl.LSN
+	attempts  int
+	err       string
+}
+
+// insertDead writes rows into the dead-letter table in one statement. The
+// seq kept for Requeue's order is the commit position of the message's
+// transaction (commit order; within a transaction, CreatedAt then ID).
+func (s *WALStore) insertDead(ctx context.Context, rows []deadRow) error {
+	n := len(rows)
+	var (
+		ids      = make([][16]byte, n)
+		seqs     = make([]int64, n)
+		parts    = make([]int32, n)
+		topics   = make([]string, n)
+		keys     = make([]string, n)
+		payloads = make([][]byte, n)
+		headers  = make([]*string, n)
+		created  = make([]time.Time, n)
+		attempts = make([]int32, n)
+		errs     = make([]string, n)
+	)
+	for i, r := range rows {
+		id, err := parseUUID(r.rec.ID)
+		if err != nil {
+			return fmt.Errorf("postgres: dead-letter %q: %w", r.rec.ID, err)
+		}
+		ids[i] = id
+		seqs[i] = int64(r.commitLSN)
+		parts[i] = int32(r.rec.Partition)
+		topics[i] = r.rec.Topic
+		keys[i] = r.rec.Key
+		payloads[i] = r.rec.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+		headers[i] = headersJSON(r.rec.Headers)
+		created[i] = r.rec.CreatedAt
+		attempts[i] = int32(r.attempts)
+		errs[i] = errorText(r.err)
+	}
+	_, err := s.tab.pool.Exec(ctx, `INSERT INTO `+s.tab.n.deadLetters+` AS d (id, seq, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
+SELECT u.id, u.seq, u.partition, u.topic, u.key, u.payload, u.headers::jsonb, u.created_at, u.attempts, u.err, now()
+FROM unnest($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::text[], $6::bytea[], $7::text[], $8::timestamptz[], $9::integer[], $10::text[])
+    AS u(id, seq, partition, topic, key, payload, headers, created_at, attempts, err)
+ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic, key = EXCLUDED.key,
+    payload = EXCLUDED.payload, headers = EXCLUDED.headers, created_at = EXCLUDED.created_at,
+    attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, failed_at = EXCLUDED.failed_at`,
+		ids, seqs, parts, topics, keys, payloads, headers, created, attempts, errs)
+	if err != nil {
+		return wrapErr("settle: write dead letters", s.opts, err)
+	}
+	return nil
+}
+
+// SubscribePartitions calls fn with the partitions of the messages
+// captured since its last call, from one goroutine, until ctx ends or the
+// store closes (it then returns nil).
+func (s *WALStore) SubscribePartitions(ctx context.Context, fn func(partitions []int)) error {
+	if err := s.check("subscribe"); err != nil {
+		return err
+	}
+	sub := &walSub{dirty: map[int]bool{}, ch: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.subs = append(s.subs, sub)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if i := slices.Index(s.subs, sub); i >= 0 {
+			s.subs = slices.Delete(s.subs, i, i+1)
+		}
+		s.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-sub.ch:
+			if !ok {
+				return nil
+			}
+		}
+		s.mu.Lock()
+		parts := make([]int, 0, len(sub.dirty))
+		for p := range sub.dirty {
+			parts = append(parts, p)
+		}
+		clear(sub.dirty)
+		s.mu.Unlock()
+		if len(parts) > 0 {
+			slices.Sort(parts)
+			fn(parts)
+		}
+	}
+}
+
+// notifyLocked records that partition p got a message, for subscribers.
+func (s *WALStore) notifyLocked(p int) {
+	for _, sub := range s.subs {
+		sub.dirty[p] = true
+		select {
+		case sub.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Sync waits until every transaction committed before the call has been
+// received from the slot (and its messages can be fetched), or ctx ends.
+// It needs this process to hold the slot. Tests and read-your-writes
+// checks use it.
+func (s *WALStore) Sync(ctx context.Context) error {
+	var lsn pglogrepl.LSN
+	if err := s.tab.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+		return wrapErr("sync", s.opts, err)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.recvCond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.recv < lsn {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("postgres: sync: received up to %s, waiting for %s: %w", s.recv, lsn, err)
+		}
+		s.recvCond.Wait()
+	}
+	return nil
+}
+
+// Requeue moves the dead letters matching f back into the outbox: in one
+// transaction it deletes them and emits them into the WAL again, in the
+// order of their original commit, with attempts reset. It returns how many
+// it moved.
+func (s *WALStore) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {
+	if err := s.check("requeue"); err != nil {
+		return 0, err
+	}
+	var q sqlBuilder
+	q.WriteString(`WITH moved AS (
+    DELETE FROM ` + s.tab.n.deadLetters + ` d`)
+	if err := deadLetterWhere(&q, f); err != nil {
+		return 0, fmt.Errorf("postgres: requeue: %w", err)
+	}
+	q.WriteString(`
+    RETURNING d.id, d.seq, d.topic, d.key, d.payload, d.headers::text, d.created_at
+)
+SELECT id, topic, key, payload, headers, created_at FROM moved ORDER BY seq NULLS LAST, created_at, id`)
+	w := s.Writer()
+	var n int64
+	err := pgx.BeginFunc(ctx, s.tab.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, q.String(), q.args...)
+		if err != nil {
+			return err
+		}
+		msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Message, error) {
+			var (
+				m       outbox.Message
+				id      [16]byte
+				headers *string
+			)
+			if err := row.Scan(&id, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt); err != nil {
+				return m, err
+			}
+			m.ID = formatUUID(id)
+			m.Headers, _ = decodeHeaders(m.ID, headers)
+			return m, nil
+		})
+		if err != nil {
+			return err
+		}
+		// Emitted in batches: one statement per 1,000 messages.
+		for chunk := range slices.Chunk(msgs, 1000) {
+			if err := w.writeWAL(ctx, tx, chunk); err != nil {
+				return err
+			}
+		}
+		n = int64(len(msgs))
+		return nil
+	})
+	if err != nil {
+		return 0, wrapErr("requeue", s.opts, err)
+	}
+	return n, nil
+}
+
+// DeadLetters lists dead letters like [Store.DeadLetters].
+func (s *WALStore) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]outbox.DeadLetter, error) {
+	return s.tab.DeadLetters(ctx, f)
+}
+
+// PurgeDeadLetters deletes dead letters like [Store.PurgeDeadLetters].
+func (s *WALStore) PurgeDeadLetters(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {
+	return s.tab.PurgeDeadLetters(ctx, f)
+}
+
+// Status describes what this process holds (the backlog in memory, its
+// leases and relays), the dead letters and the slot (lag in bytes and
+// seconds, and whether it was lost). The backlog of a slot no relay of
+// this process holds is in Slot.LagBytes.
+func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
+	if err := s.check("status"); err != nil {
+		return nil, err
+	}
+	p, err := s.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slot, err := s.SlotStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &outbox.Status{Topics: []outbox.TopicCount{}, Partitions: make([]outbox.PartitionStatus, p), Relays: []outbox.RelayStatus{}, Slot: slot}
+	if err := s.tab.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.tab.n.deadLetters).Scan(&st.DeadLetters); err != nil {
+		return nil, s.tab.wrap("status", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	topics := map[string]*outbox.TopicCount{}
+	for i := range st.Partitions {
+		ps := &st.Partitions[i]
+		ps.Partition = i
+		if i < len(s.leases) {
+			l := s.leases[i]
+			ps.Epoch = l.epoch
+			if l.owner != "" && l.expires.After(now) {
+				ps.Owner, ps.LeaseExpiresAt = l.owner, l.expires
+			}
+		}
+		if s.buf == nil {
+			continue
+		}
+		for _, e := range s.buf.parts[i].entries {
+			if e.done {
+				continue
+			}
+			ps.Outstanding++
+			st.Outstanding++
+			tc := topics[e.rec.Topic]
+			if tc == nil {
+				tc = &outbox.TopicCount{Topic: e.rec.Topic}
+				topics[e.rec.Topic] = tc
+			}
+			tc.Count++
+			if tc.OldestCreatedAt.IsZero() || e.rec.CreatedAt.Before(tc.OldestCreatedAt) {
+				tc.OldestCreatedAt = e.rec.CreatedAt
+			}
+			if st.OldestCreatedAt.IsZero() || e.rec.CreatedAt.Before(st.OldestCreatedAt) {
+				st.OldestCreatedAt = e.rec.CreatedAt
+			}
+		}
+	}
+	for _, tc := range topics {
+		st.Topics = append(st.Topics, *tc)
+	}
+	slices.SortFunc(st.Topics, func(a, b outbox.TopicCount) int {
+		if a.Count != b.Count {
+			return int(b.Count - a.Count)
+		}
+		return strings.Compare(a.Topic, b.Topic)
+	})
+	s.pruneRelays(now)
+	for node, exp := range s.relays {
+		rs := outbox.RelayStatus{Node: node, ExpiresAt: exp}
+		for _, l := range s.leases {
+			if l.owner == node && l.expires.After(now) {
+				rs.Partitions++
+			}
+		}
+		st.Relays = append(st.Relays, rs)
+	}
+	slices.SortFunc(st.Relays, func(a, b outbox.RelayStatus) int { return strings.Compare(a.Node, b.Node) })
+	return st, nil
+}
+
+// WALStats are a WALStore's running figures.
+type WALStats struct {
+	// Active: this process streams from the slot.
+	Active bool
+	// Buffered and BufferedBytes are the messages held in memory.
+	Buffered, BufferedBytes int
+	// Confirmed is the position confirmed as settled; Received, the
+	// position up to which every committed transaction was received.
+	Confirmed, Received string
+	// Keepalives counts the server's keepalive messages.
+	Keepalives int64
+	// Duplicates counts messages dropped because a message with the same
+	// ID was held already.
+	Duplicates int64
+	// Acquisitions counts how many times this process took the slot.
+	Acquisitions int64
+	// StatusSent counts the confirmed positions sent to the server.
+	StatusSent int64
+}
+
+// Stats returns the store's running figures.
+func (s *WALStore) Stats() WALStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := WALStats{Active: s.active, Received: s.recv.String(), Keepalives: s.keepalives.Load(), Acquisitions: s.epochs, StatusSent: s.statusSent.Load()}
+	if s.buf != nil {
+		st.Buffered, st.BufferedBytes = s.buf.n, s.buf.bytes
+		st.Confirmed = s.buf.confirmed.String()
+		st.Duplicates = s.buf.dups
+	}
+	return st
+}
