@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
+	"net/url"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/health"
 )
 
 func newStatusCommand(a *app) *cobra.Command {
@@ -20,6 +24,7 @@ func newStatusCommand(a *app) *cobra.Command {
 		sf      storeFlags
 		asJSON  bool
 		timeout time.Duration
+		relays  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "status --store URL [--json]",
@@ -27,11 +32,19 @@ func newStatusCommand(a *app) *cobra.Command {
 		Long: `status shows how many messages wait in the outbox and how old the oldest one
 is, the backlog per topic and per partition (partitions with no backlog are
 left out of the table; --json lists them all), the dead-letter count, and the
-live relays with the partitions they lease.`,
+live relays with the partitions they lease.
+
+Blocked destinations (a deleted stream, a missing topic, an unroutable
+exchange: paused by a relay, spending no attempts) are known only to the
+running relays: give each relay's --http-addr with --relay to list them
+(status reads its /readyz).`,
+		Example: `  outbox status --store postgres://app@localhost:5432/app
+  outbox status --store postgres://app@localhost:5432/app --relay 10.0.0.5:7467 --relay 10.0.0.6:7467`,
 		Args: cobra.NoArgs,
 	}
 	sf.add(cmd.Flags(), storeFlagSet{})
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of tables")
+	cmd.Flags().StringArrayVar(&relays, "relay", nil, "a relay's --http-addr (host:port or http://host:port), to list its blocked destinations and readiness; repeat for each relay")
 	timeoutFlag(cmd.Flags(), &timeout)
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		ctx, cancel, err := a.withTimeout(ctx, timeout)
@@ -52,11 +65,18 @@ live relays with the partitions they lease.`,
 		if err != nil {
 			return fmt.Errorf("read status: %w", err)
 		}
+		live, err := readRelays(ctx, relays)
+		if err != nil {
+			return err
+		}
 		now := a.env.Now()
 		if asJSON {
-			return writeStatusJSON(a.env.Stdout, st, now)
+			return writeStatusJSON(a.env.Stdout, st, live, now)
 		}
-		return writeStatusText(a.env.Stdout, st, now)
+		if err := writeStatusText(a.env.Stdout, st, now); err != nil {
+			return err
+		}
+		return writeRelaysText(a.env.Stdout, live, now)
 	})
 	return cmd
 }
@@ -76,12 +96,13 @@ func storeScheme(rawURL string) string {
 // the oldest message.
 type statusJSON struct {
 	*outbox.Status
-	OldestAgeSeconds float64   `json:"oldest_age_seconds"`
-	At               time.Time `json:"at"`
+	OldestAgeSeconds float64     `json:"oldest_age_seconds"`
+	At               time.Time   `json:"at"`
+	LiveRelays       []relayLive `json:"live_relays,omitempty"`
 }
 
-func writeStatusJSON(w io.Writer, st *outbox.Status, now time.Time) error {
-	out := statusJSON{Status: st, At: now.UTC()}
+func writeStatusJSON(w io.Writer, st *outbox.Status, live []relayLive, now time.Time) error {
+	out := statusJSON{Status: st, At: now.UTC(), LiveRelays: live}
 	if !st.OldestCreatedAt.IsZero() {
 		out.OldestAgeSeconds = max(0, now.Sub(st.OldestCreatedAt).Seconds())
 	}
@@ -245,4 +266,73 @@ func age(d time.Duration) string {
 	default:
 		return d.Round(time.Second).String()
 	}
+}
+
+// relayLive is what a relay's /readyz said, for --relay.
+type relayLive struct {
+	URL string `json:"url"`
+	health.Report
+}
+
+// readRelays reads the /readyz report of each relay address (a 503 report
+// is read too: it says what is down). An address that does not answer is
+// an error naming it.
+func readRelays(ctx context.Context, addrs []string) ([]relayLive, error) {
+	var out []relayLive
+	for _, addr := range addrs {
+		u := addr
+		if !strings.Contains(u, "://") {
+			u = "http://" + u
+		}
+		u = strings.TrimSuffix(u, "/") + "/readyz"
+		if _, err := url.ParseRequestURI(u); err != nil {
+			return nil, usagef("--relay %q is not an address: give the relay's --http-addr, such as 127.0.0.1:7467", addr)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, usagef("--relay %q: %v", addr, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("--relay %s: %w (is the relay running with --http-addr there?)", addr, err)
+		}
+		var rep health.Report
+		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&rep)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("--relay %s: %s answered %s without a readiness report: %v", addr, u, resp.Status, err)
+		}
+		out = append(out, relayLive{URL: u, Report: rep})
+	}
+	return out, nil
+}
+
+// writeRelaysText prints the relays' readiness and blocked destinations.
+func writeRelaysText(w io.Writer, live []relayLive, now time.Time) error {
+	if len(live) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "RELAY (--relay)\tREADY\tSTORE\tBROKER\tBLOCKED DESTINATIONS\n")
+	blocked := false
+	for _, r := range live {
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%d\n", r.URL, r.Ready, r.Store.Status, r.Broker.Status, len(r.Blocked))
+		blocked = blocked || len(r.Blocked) > 0
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !blocked {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "BLOCKED DESTINATION\tRELAY\tFOR\tPROBES\tLAST ERROR\n")
+	for _, r := range live {
+		for _, b := range r.Blocked {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", b.Destination, r.URL, age(now.Sub(b.Since)), b.Probes, b.LastError)
+		}
+	}
+	return tw.Flush()
 }
