@@ -26,28 +26,62 @@
 // # Per-key order
 //
 // With [OrderingKey] (the default), messages with the same non-empty key are
-// first published in the order their transactions committed, with any
-// number of workers and relay processes, across retries and crashes. Keys
-// map to P partitions ([PartitionOf], P fixed at migration); each partition
-// has one owner at a time, a lease with an epoch held in the store. The
-// owner publishes a partition's records in store order (Record.Seq), never
-// has two messages of one key in flight, so a later message cannot reach
-// the broker before the earlier one is acknowledged, and holds back the
-// later messages of a key whose earlier message failed. A relay starts a
-// publish only while its lease will outlive [Config.PublishTimeout], and
-// every settlement is fenced by the epoch: a relay that lost its lease
-// cannot change the outbox. Leases are shared fairly among live relays; a
-// relay hands its surplus back only once nothing of those partitions is in
-// flight or waiting to be settled, so a relay joining does not cause
-// duplicates. Record.Seq is insert order; it equals commit
-// order for one key whenever the writers of that key are serialised, as
-// they are when they update the same aggregate row. A record can commit
-// after records with a higher Seq were fetched (a PostgreSQL sequence hands
-// out numbers at insert): stores that allow this return such records on
-// the next fetch through a mark ([MarkedFetcher]: PostgreSQL uses the
-// previous fetch's snapshot), ahead of any later record of their key; a
-// periodic sweep below the cursors is the safety net for stores without
-// marks. Messages without a key have no order.
+// first published in their store order (Record.Seq), with any number of
+// workers and relay processes, across retries and crashes. Keys map to P
+// partitions ([PartitionOf], P fixed at migration); each partition has one
+// owner at a time, a lease with an epoch held in the store. The owner
+// publishes a partition's records in Seq order, never has two messages of
+// one key in flight, so a later message cannot reach the broker before the
+// earlier one is acknowledged, and holds back the later messages of a key
+// whose earlier message failed. A relay starts a publish only while its
+// lease will outlive [Config.PublishTimeout], and every settlement is
+// fenced by the epoch: a relay that lost its lease cannot change the
+// outbox. Leases are shared fairly among live relays; a relay hands its
+// surplus back only once nothing of those partitions is in flight or
+// waiting to be settled, so a relay joining does not cause duplicates. A
+// relay leaving releases only the leases it holds, with their epochs.
+// Messages without a key have no order.
+//
+// Store order is commit order in these cases, and only in these:
+//
+//   - PostgreSQL, default write: Seq is drawn from a sequence when Write
+//     inserts the row, so store order is insert order. It is commit order
+//     when a key's writers are serialised before they call Write: they
+//     update (or lock) the key's aggregate row first, or one writer at a
+//     time writes the key. A transaction that writes first and locks after
+//     (ORMs that flush inserts before updates) can commit after a later
+//     writer of its key and still be published first.
+//   - PostgreSQL with Options.KeyLocks (store URL ?key_locks=true): commit
+//     order, whatever the application's lock order. Write takes a
+//     transaction-scoped lock of each key before drawing Seq, so a second
+//     writer of a key waits for the first to commit. The price: writers of
+//     one key wait for each other's commit, and a transaction that locks
+//     an application row before Write while another locks it after its
+//     Write of the same key deadlocks with it (PostgreSQL aborts one with
+//     SQLSTATE 40P01; retry it). README.md ("Commit order") gives its
+//     measured cost and why it is not the default.
+//   - SQLite: write transactions are serialised, so Seq order is commit
+//     order ([CommitOrdered]).
+//   - DynamoDB: Seq is the writer's clock when the item is built
+//     (microseconds, strictly increasing within one Store), not a commit
+//     order. A key's messages are published in that order when (1) the
+//     writers of the key agree on the time to better than the interval
+//     between two of its writes (one process with one Store always does),
+//     and (2) each item reaches the relay's index within Options.FetchDelay
+//     (1 s) of its Seq time by the relay's clock: the index (a global
+//     secondary index, eventually consistent) lags, and the transaction
+//     may commit after its Seq was taken. Fetch returns only items older
+//     than FetchDelay; an item later than that (or below a cursor through
+//     clock skew) is found by the periodic sweep ([Config.SweepInterval])
+//     and published after the later messages of its key already out.
+//
+// A PostgreSQL row can commit after rows with a higher Seq were fetched.
+// The relay's fetch returns such rows through a mark ([MarkedFetcher]: the
+// previous fetch's snapshot), at most the fetch limit at a time, ahead of
+// any later record of their key. Marks need the primary: a hot standby's
+// snapshots do not show the primary's transactions in progress, so the
+// relay refuses to start on one (postgres.ErrStandby). A periodic sweep
+// below the cursors is the safety net for stores without marks.
 //
 // [OrderingNone] is the seeds' design: any worker claims any due records
 // with FOR UPDATE SKIP LOCKED and holds the transaction across the broker

@@ -13,10 +13,12 @@ type Record struct {
 	Message
 	// Partition is PartitionOf(Key, P), computed at write time.
 	Partition int
-	// Seq orders records within a partition: it increases in insert order
-	// (a sequence in PostgreSQL, the rowid in SQLite). For one key, insert
-	// order is commit order whenever the writers of that key are serialised
-	// (for example by a lock on the aggregate's row), which is the usual case.
+	// Seq orders records within a partition, and the relay publishes a
+	// key's records in Seq order: a sequence drawn at insert in PostgreSQL
+	// (commit order per key with its Options.KeyLocks, else only when the
+	// key's writers are serialised before they write), the rowid in SQLite
+	// (commit order), the writer's clock in DynamoDB. The package
+	// documentation states when it is commit order.
 	Seq int64
 	// Attempts counts failed publish attempts so far.
 	Attempts int

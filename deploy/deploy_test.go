@@ -1,188 +1,164 @@
+// Package deploy_test checks the deployment files: it runs the Dockerfile's
+// own `go build` line (no Docker engine is needed) and checks that the
+// binary is static, runs, and reports its version; it verifies the systemd
+// unit with systemd-analyze; and it checks that the example environment and
+// configuration files are accepted by `outbox relay --print-config`.
 package deploy_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-const promtoolInstall = "apt-get install prometheus (Debian's package ships promtool), or run scripts/test.sh"
+// buildLineRe finds the Dockerfile's build command.
+var buildLineRe = regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 go build .*) -o /out/outbox ./cmd/outbox$`)
 
-// promtool runs promtool with args in dir and returns its output; it fails
-// the test if promtool is missing or exits non-zero.
-func promtool(t *testing.T, dir string, args ...string) string {
+// buildFromDockerfile runs the Dockerfile's go build line with VERSION and
+// REVISION set, writing the binary into a directory of the test.
+func buildFromDockerfile(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool is not installed: %s", promtoolInstall)
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out.String())
-	}
-	return out.String()
-}
-
-func TestAlertRules(t *testing.T) {
-	t.Logf("%s", promtool(t, "prometheus", "check", "rules", "alerts.yml"))
-	t.Logf("%s", promtool(t, "prometheus", "test", "rules", "alerts_test.yml"))
-	b, err := os.ReadFile("prometheus/alerts.yml")
+	df, err := os.ReadFile("Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, alert := range []string{"OutboxBacklogGrowing", "OutboxOldestMessageTooOld", "OutboxDeadLettersIncreasing",
-		"OutboxNoLiveRelay", "OutboxLeaseChurn", "OutboxDestinationBlocked"} {
-		if !bytes.Contains(b, []byte("alert: "+alert+"\n")) {
-			t.Errorf("alerts.yml has no alert %s", alert)
-		}
-		tests, _ := os.ReadFile("prometheus/alerts_test.yml")
-		if !bytes.Contains(tests, []byte("alertname: "+alert+"\n")) {
-			t.Errorf("alerts_test.yml does not test %s", alert)
-		}
+	m := buildLineRe.FindSubmatch(df)
+	if m == nil {
+		t.Fatal("Dockerfile has no line `RUN CGO_ENABLED=0 go build … -o /out/outbox ./cmd/outbox`")
 	}
+	bin := filepath.Join(t.TempDir(), "outbox")
+	cmd := exec.CommandContext(t.Context(), "sh", "-c", string(m[1])+` -o "$OUT" ./cmd/outbox`)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "VERSION=v9.8.7-test", "REVISION=0123456789abcdef0123456789abcdef01234567", "OUT="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the Dockerfile's build line failed: %v\n%s", err, out)
+	}
+	return bin
 }
 
-// dashboard is the part of a Grafana dashboard the test checks.
-type dashboard struct {
-	Title         string `json:"title"`
-	UID           string `json:"uid"`
-	SchemaVersion int    `json:"schemaVersion"`
-	Templating    struct {
-		List []struct {
-			Name string `json:"name"`
-			Type string `json:"type"`
-		} `json:"list"`
-	} `json:"templating"`
-	Panels []panel `json:"panels"`
-}
-
-type panel struct {
-	ID         int    `json:"id"`
-	Type       string `json:"type"`
-	Title      string `json:"title"`
-	Datasource *struct {
-		Type string `json:"type"`
-		UID  string `json:"uid"`
-	} `json:"datasource"`
-	GridPos struct{ X, Y, W, H int } `json:"gridPos"`
-	Targets []struct {
-		RefID string `json:"refId"`
-		Expr  string `json:"expr"`
-	} `json:"targets"`
-}
-
-func loadDashboard(t *testing.T) dashboard {
-	t.Helper()
-	b, err := os.ReadFile("grafana/outbox.json")
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	df, err := os.ReadFile("Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var d dashboard
-	if err := dec.Decode(&d); err != nil {
-		t.Fatalf("grafana/outbox.json: %v", err)
+	text := string(df)
+	stages := regexp.MustCompile(`(?m)^FROM `).FindAllStringIndex(text, -1)
+	if len(stages) < 2 {
+		t.Fatalf("Dockerfile has %d stages; want a build stage and a runtime stage", len(stages))
 	}
-	return d
+	final := text[stages[len(stages)-1][0]:]
+	for _, want := range []string{"FROM gcr.io/distroless/static", "USER 65532:65532", "COPY --from=build /out/outbox", `ENTRYPOINT ["/usr/local/bin/outbox"]`} {
+		if !strings.Contains(final, want) {
+			t.Errorf("the runtime stage lacks %q", want)
+		}
+	}
+	if strings.Contains(final, "RUN ") {
+		t.Error("the runtime stage runs commands; it has no shell")
+	}
+
+	bin := buildFromDockerfile(t)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("the binary has a dynamic loader (PT_INTERP): it is not static")
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err != nil || len(libs) != 0 {
+		t.Fatalf("the binary needs shared libraries %v (%v)", libs, err)
+	}
+
+	out, err := exec.CommandContext(t.Context(), bin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "outbox v9.8.7-test (commit 0123456789ab") || !strings.Contains(string(out), "tags outbox_slim") {
+		t.Fatalf("outbox version: %v\n%s", err, out)
+	}
+	out, err = exec.CommandContext(t.Context(), bin, "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "relay") || strings.Contains(string(out), "demo") || strings.Contains(string(out), "bench") {
+		t.Fatalf("the slim binary's commands: %v\n%s", err, out)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("static slim relay binary: %.1f MB", float64(fi.Size())/1e6)
+
+	// The example environment and configuration files are accepted.
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	envFile, err := os.ReadFile("relay.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(envFile), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			env = append(env, line)
+		}
+	}
+	for _, args := range [][]string{{"relay", "--print-config"}, {"relay", "--print-config", "--config", "relay.yaml"}} {
+		cmd := exec.CommandContext(t.Context(), bin, args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "env OUTBOX_BROKER") && len(args) == 2 {
+			t.Fatalf("outbox %s with relay.env: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
 }
 
-// TestDashboardStructure checks what Grafana needs to import the
-// dashboard: unique panel IDs, a grid 24 columns wide without overlaps,
-// the data source variable on every query, the panels the issue lists, and
-// expressions that are valid PromQL once Grafana's variables are replaced
-// (checked by promtool as recording rules).
-func TestDashboardStructure(t *testing.T) {
-	d := loadDashboard(t)
-	if d.Title == "" || d.UID == "" || d.SchemaVersion < 30 {
-		t.Errorf("title %q, uid %q, schemaVersion %d: want a title, a uid and a recent schema", d.Title, d.UID, d.SchemaVersion)
+func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatal("systemd-analyze is missing: install it with `apt-get install -y systemd` (scripts/test.sh does)")
 	}
-	vars := map[string]string{}
-	for _, v := range d.Templating.List {
-		vars[v.Name] = v.Type
+	unit, err := os.ReadFile("outbox-relay.service")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if vars["datasource"] != "datasource" || vars["job"] != "query" {
-		t.Errorf("templating %v: want a datasource variable and a job query variable", vars)
-	}
-	ids := map[int]string{}
-	type cell struct{ x, y int }
-	taken := map[cell]string{}
-	titles := map[string]bool{}
-	var exprs []string
-	for _, p := range d.Panels {
-		if prev, dup := ids[p.ID]; dup || p.ID == 0 {
-			t.Errorf("panel %q: id %d (also %q)", p.Title, p.ID, prev)
-		}
-		ids[p.ID] = p.Title
-		if p.Title == "" {
-			t.Errorf("panel %d has no title", p.ID)
-		}
-		titles[p.Title] = true
-		g := p.GridPos
-		if g.W < 1 || g.H < 1 || g.X < 0 || g.X+g.W > 24 {
-			t.Errorf("panel %q: gridPos %+v outside the 24-column grid", p.Title, g)
-		}
-		for x := g.X; x < g.X+g.W; x++ {
-			for y := g.Y; y < g.Y+g.H; y++ {
-				if other, ok := taken[cell{x, y}]; ok {
-					t.Errorf("panel %q overlaps %q at (%d, %d)", p.Title, other, x, y)
-				}
-				taken[cell{x, y}] = p.Title
-			}
-		}
-		if p.Type == "row" {
-			continue
-		}
-		switch p.Type {
-		case "timeseries", "stat", "table", "gauge", "bargauge":
-		default:
-			t.Errorf("panel %q: type %q", p.Title, p.Type)
-		}
-		if p.Datasource == nil || p.Datasource.UID != "${datasource}" || p.Datasource.Type != "prometheus" {
-			t.Errorf("panel %q: datasource %+v, want the ${datasource} variable", p.Title, p.Datasource)
-		}
-		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no query", p.Title)
-		}
-		refs := map[string]bool{}
-		for _, q := range p.Targets {
-			if q.RefID == "" || refs[q.RefID] {
-				t.Errorf("panel %q: refId %q missing or repeated", p.Title, q.RefID)
-			}
-			refs[q.RefID] = true
-			if !strings.Contains(q.Expr, `job=~"$job"`) {
-				t.Errorf("panel %q: query %q ignores the job variable", p.Title, q.Expr)
-			}
-			exprs = append(exprs, q.Expr)
+	for _, want := range []string{"DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes", "RestartPreventExitStatus=2", "EnvironmentFile=/etc/outbox/relay.env", "ExecStart=/usr/local/bin/outbox relay"} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("the unit lacks %s", want)
 		}
 	}
-	for _, want := range []string{"Throughput by topic", "Publish latency", "Backlog per topic", "Oldest message age per topic",
-		"Dead letters", "Failures by kind", "Leases per relay", "Blocked destinations"} {
-		if !titles[want] {
-			t.Errorf("no panel %q", want)
-		}
-	}
-
-	// Every query as a recording rule, for promtool to parse.
-	var rules strings.Builder
-	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
-	vars2 := strings.NewReplacer("$__rate_interval", "5m", "$job", ".*")
-	for i, e := range exprs {
-		q, err := json.Marshal(vars2.Replace(e))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&rules, "      - record: dashboard:query%d\n        expr: %s\n", i, q)
+	// systemd-analyze verify checks that ExecStart's program exists: point
+	// it at a binary that does.
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "dashboard.yml"), []byte(rules.String()), 0o644); err != nil {
+	path := filepath.Join(dir, "outbox-relay.service")
+	text := strings.Replace(string(unit), "ExecStart=/usr/local/bin/outbox relay", "ExecStart="+bin+" relay", 1)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	promtool(t, dir, "check", "rules", "dashboard.yml")
+	cmd := exec.CommandContext(t.Context(), analyze, "verify", "--man=no", path)
+	out, err := cmd.CombinedOutput()
+	// verify prints warnings about the host (no systemd running in a
+	// container, other units); only lines about our unit count.
+	var ours []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "outbox-relay.service") {
+			ours = append(ours, line)
+		}
+	}
+	if err != nil || len(ours) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	sec, err := exec.CommandContext(t.Context(), analyze, "security", "--offline=true", "--no-pager", path).CombinedOutput()
+	if err != nil && len(sec) == 0 {
+		t.Fatalf("systemd-analyze security: %v", err)
+	}
+	if m := regexp.MustCompile(`Overall exposure level for outbox-relay.service: ([0-9.]+) (\S+)`).FindSubmatch(sec); m != nil {
+		t.Logf("systemd-analyze security: exposure %s %s", m[1], m[2])
+		if exposure, err := strconv.ParseFloat(string(m[1]), 64); err != nil || exposure > 2 {
+			t.Errorf("exposure %s; want 2.0 or lower\n%s", m[1], sec)
+		}
+	}
 }

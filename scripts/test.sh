@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the module, installing first what the tests need when
-# it is missing: PostgreSQL 15 server binaries, RabbitMQ and Chromium
-# (Debian packages), promtool (taken out of Debian's prometheus package into
-# bin/), and dynalite (npm, pinned in package-lock.json).
+# it is missing: PostgreSQL 15 server binaries, RabbitMQ, Chromium and
+# systemd (for systemd-analyze) from Debian's packages, promtool (taken out
+# of Debian's prometheus package into bin/), and dynalite (npm, pinned in
+# package-lock.json).
 # Usage: scripts/test.sh [extra `go test` arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,9 @@ fi
 export PATH="$PWD/bin:$PATH"
 if ! command -v chromium >/dev/null 2>&1; then
   apt_install chromium # the console's browser tests drive it headless
+fi
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  apt_install systemd # deploy/: systemd-analyze verify on the unit
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm

@@ -530,3 +530,51 @@ func CheckBrokerURL(rawURL string, o BrokerOptions) error {
 	_, _, _, err := preparePublisher(rawURL, o)
 	return err
 }
+
+// MigrateReport is what a migration did, for stores that can tell (see
+// [MigrateReporter]).
+type MigrateReport struct {
+	Created        bool     // the tables did not exist before
+	Applied        []string // the migrations applied, such as "0003_txid_index (CREATE INDEX CONCURRENTLY)"
+	DroppedInvalid []string // invalid indexes of failed concurrent builds, dropped and built again
+	Partitions     int      // P
+}
+
+// MigrateReporter is a Store whose migration reports what it did.
+type MigrateReporter interface {
+	MigrateWithReport(ctx context.Context) (MigrateReport, error)
+}
+
+// MigrationPlanner is a Store that can tell which migrations Migrate would
+// apply, without applying them (outbox migrate --dry-run).
+type MigrationPlanner interface {
+	PendingMigrations(ctx context.Context) ([]string, error)
+}
+
+var sqlPrinters = map[string]func(u *url.URL, o StoreOptions) (string, error){}
+
+// RegisterMigrationSQL makes `outbox migrate --print-sql` available for a
+// store scheme: print returns the SQL that creates the tables for o.
+// Call it from an init function.
+func RegisterMigrationSQL(scheme string, print func(u *url.URL, o StoreOptions) (string, error)) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	register(sqlPrinters, "migration SQL", scheme, print, print == nil)
+}
+
+// MigrationSQL returns the SQL that creates the tables of the store named by
+// rawURL with options o, without connecting. Stores without SQL (or
+// without a printer) give a *ConfigError.
+func MigrationSQL(rawURL string, o StoreOptions) (string, error) {
+	u, o, _, err := prepareStore(rawURL, o)
+	if err != nil {
+		return "", err
+	}
+	registry.mu.RLock()
+	print := sqlPrinters[u.Scheme]
+	registry.mu.RUnlock()
+	if print == nil {
+		return "", Invalid(StoreFlag, "--print-sql prints the PostgreSQL migrations; %s:// stores have none to print", u.Scheme)
+	}
+	return print(u, o)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -12,10 +14,43 @@ import (
 
 // PostgreSQL store: postgres://user:password@host:5432/db?sslmode=disable
 // (postgresql:// too). Every query parameter other than the outbox's own
-// (StoreParams) goes to pgx.
+// (StoreParams) and key_locks (true or false: postgres.Options.KeyLocks of
+// the store's writer) goes to pgx.
 func init() {
 	RegisterStore("postgres", openPostgres)
 	RegisterStore("postgresql", openPostgres)
+	RegisterMigrationSQL("postgres", postgresMigrationSQL)
+	RegisterMigrationSQL("postgresql", postgresMigrationSQL)
+}
+
+// postgresMigrationSQL prints the tables' SQL; the URL only names the
+// scheme (its host is never contacted).
+func postgresMigrationSQL(_ *url.URL, o StoreOptions) (string, error) {
+	return postgres.MigrationSQL(postgres.Options{
+		Schema:      o.Schema,
+		TablePrefix: o.TablePrefix,
+		Partitions:  o.Partitions,
+	})
+}
+
+// MigrateWithReport migrates and reports what it did.
+func (s postgresStore) MigrateWithReport(ctx context.Context) (MigrateReport, error) {
+	rep, err := s.Store.MigrateWithReport(ctx)
+	out := MigrateReport{Created: rep.Created, DroppedInvalid: rep.DroppedInvalid, Partitions: rep.Partitions}
+	for _, m := range rep.Applied {
+		out.Applied = append(out.Applied, m.String())
+	}
+	return out, err
+}
+
+// PendingMigrations lists the migrations Migrate would apply.
+func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) {
+	ms, err := s.Store.PendingMigrations(ctx)
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.String()
+	}
+	return out, err
 }
 
 // postgresStore adapts *postgres.Store, whose Close returns nothing. The
@@ -29,6 +64,17 @@ func (s postgresStore) Close() error {
 }
 
 func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error) {
+	q := u.Query()
+	var keyLocks *bool
+	if vs, ok := q["key_locks"]; ok {
+		v, err := strconv.ParseBool(vs[0])
+		if err != nil || len(vs) > 1 {
+			return nil, Invalid(StoreFlag, "key_locks=%q: give it once, true or false", strings.Join(vs, ","))
+		}
+		keyLocks = &v
+		q.Del("key_locks")
+		u.RawQuery = q.Encode()
+	}
 	// Catch a malformed DSN (a bad sslmode, port or option) as a usage error
 	// before postgres.Open reports it as a connection failure.
 	if _, err := pgxpool.ParseConfig(u.String()); err != nil {
@@ -40,6 +86,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		Partitions:  o.Partitions,
 		MaxPayload:  o.MaxPayload,
 		Retention:   o.Retention,
+		KeyLocks:    keyLocks,
 	}
 	// PostgreSQL's own limits (a prefix short enough for its index names, no
 	// system schema) are usage errors naming the flag and URL parameter, not

@@ -5,9 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/outboxrelay/outbox/internal/redact"
 )
@@ -79,23 +81,8 @@ type NATSAuth struct {
 }
 
 func (a NATSAuth) set() []string {
-	var s []string
-	if a.CredsFile != "" {
-		s = append(s, "--nats-creds-file")
-	}
-	if a.NkeyFile != "" {
-		s = append(s, "--nats-nkey-file")
-	}
-	if a.Token != "" {
-		s = append(s, "--nats-token")
-	}
-	if a.User != "" {
-		s = append(s, "--nats-user")
-	}
-	if a.Password != "" {
-		s = append(s, "--nats-password")
-	}
-	return s
+	return flagsGiven(a.CredsFile, "--nats-creds-file", a.NkeyFile, "--nats-nkey-file", a.Token, "--nats-token",
+		a.User, "--nats-user", a.Password, "--nats-password")
 }
 
 // describe names the credentials used, for an error saying they were
@@ -129,17 +116,7 @@ type KafkaSASL struct {
 }
 
 func (s KafkaSASL) set() []string {
-	var out []string
-	if s.Mechanism != "" {
-		out = append(out, "--kafka-sasl-mechanism")
-	}
-	if s.User != "" {
-		out = append(out, "--kafka-sasl-user")
-	}
-	if s.Password != "" {
-		out = append(out, "--kafka-sasl-password")
-	}
-	return out
+	return flagsGiven(s.Mechanism, "--kafka-sasl-mechanism", s.User, "--kafka-sasl-user", s.Password, "--kafka-sasl-password")
 }
 
 // AMQPAuth are credentials for RabbitMQ beyond the URL's.
@@ -211,20 +188,23 @@ func (o BrokerOptions) checkSecurity(u *url.URL) error {
 
 // given lists the TLS flags set.
 func (t BrokerTLS) given() []string {
-	var s []string
+	enable := ""
 	if t.Enable {
-		s = append(s, BrokerTLSFlag)
+		enable = "true"
 	}
-	if t.CAFile != "" {
-		s = append(s, BrokerCAFileFlag)
+	return flagsGiven(enable, BrokerTLSFlag, t.CAFile, BrokerCAFileFlag, t.CertFile, BrokerCertFileFlag, t.KeyFile, BrokerKeyFileFlag)
+}
+
+// flagsGiven takes pairs of a value and its flag and returns the flags
+// whose values are not empty, in order.
+func flagsGiven(valueFlagPairs ...string) []string {
+	var out []string
+	for i := 0; i+1 < len(valueFlagPairs); i += 2 {
+		if valueFlagPairs[i] != "" {
+			out = append(out, valueFlagPairs[i+1])
+		}
 	}
-	if t.CertFile != "" {
-		s = append(s, BrokerCertFileFlag)
-	}
-	if t.KeyFile != "" {
-		s = append(s, BrokerKeyFileFlag)
-	}
-	return s
+	return out
 }
 
 // tlsRefusal explains a TLS handshake failure in terms of the flags, or
@@ -245,15 +225,20 @@ func tlsRefusal(err error, t BrokerTLS) string {
 		return "the broker's TLS certificate is not valid for the host in --broker"
 	case errors.As(err, &invalid):
 		return "the broker's TLS certificate is invalid (" + invalid.Error() + ")"
-	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "unknown certificate authority") ||
-		strings.Contains(msg, "closed by remote after TLS handshake"):
-		// With TLS 1.3 the server checks the client certificate after the
-		// handshake: the client may see the alert or only a closed
-		// connection.
+	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "unknown certificate authority"):
 		if t.CertFile == "" {
 			return fmt.Sprintf("the broker requires a client certificate (mutual TLS); give %s and %s", BrokerCertFileFlag, BrokerKeyFileFlag)
 		}
 		return fmt.Sprintf("the broker refused the client certificate %s (%s)", t.CertFile, BrokerCertFileFlag)
+	case t.enabled() && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) ||
+		strings.Contains(msg, "closed by remote after TLS handshake")):
+		// With TLS 1.3 the server checks the client certificate after the
+		// handshake: the client may see the alert, or only a connection
+		// closed or reset by the server.
+		if t.CertFile == "" {
+			return fmt.Sprintf("the broker closed the TLS connection after the handshake: it requires a client certificate (mutual TLS), most likely; give %s and %s", BrokerCertFileFlag, BrokerKeyFileFlag)
+		}
+		return fmt.Sprintf("the broker closed the TLS connection after the handshake: it refused the client certificate %s (%s), most likely", t.CertFile, BrokerCertFileFlag)
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the broker does not speak TLS on that port; remove the TLS options or use the TLS port"
 	}

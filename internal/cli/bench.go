@@ -1,3 +1,5 @@
+//go:build !outbox_slim
+
 package cli
 
 import (

@@ -202,7 +202,9 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error.`,
 	pf.BoolVar(&a.printOnly, "print-config", false, "print the effective configuration, secrets hidden, with where each value came from, and exit")
 
 	for _, newCmd := range commands {
-		root.AddCommand(newCmd(a))
+		if c := newCmd(a); c != nil { // nil: left out of this build (outbox_slim)
+			root.AddCommand(c)
+		}
 	}
 	documentEnv(root)
 	return root

@@ -27,7 +27,7 @@ type storeFlagSet struct {
 const storeExample = "postgres://user:password@localhost:5432/app"
 
 func (sf *storeFlags) add(fs *pflag.FlagSet, which storeFlagSet) {
-	fs.StringVar(&sf.url, "store", "", "outbox store URL, such as "+storeExample+" (query parameters schema, prefix, partitions, retention are read too)")
+	fs.StringVar(&sf.url, "store", "", "outbox store URL, such as "+storeExample+" (query parameters schema, prefix, partitions, retention are read too, and key_locks=true for PostgreSQL writes in commit order per key)")
 	fs.StringVar(&sf.schema, "schema", "", "database schema of the outbox tables (default: the store's, public for PostgreSQL)")
 	fs.StringVar(&sf.prefix, "table-prefix", "", "prefix of the outbox table names (default: the store's, outbox for PostgreSQL)")
 	if which.partitions {

@@ -57,28 +57,7 @@ func rabbitTarget(t *testing.T) *target {
 	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	return &target{name: "rabbitmq", url: base + sep + "exchange=" + name, read: func(t *testing.T, c *brokertest.Checker) int {
-		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deliveries, err := ch.Consume(name, "", true, true, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		timeout := time.NewTimer(2 * time.Minute)
-		defer timeout.Stop()
-		for got := 0; got < q.Messages; got++ {
-			select {
-			case d := <-deliveries:
-				key, _ := d.Headers[outbox.HeaderKey].(string)
-				c.Delivered(brokertest.Received{ID: d.MessageId, Key: key, Topic: d.RoutingKey})
-			case <-timeout.C:
-				t.Fatalf("read %d of the %d messages in queue %s", got, q.Messages, name)
-			}
-		}
-		return q.Messages
-	}}
+	return &target{name: "rabbitmq", url: base + sep + "exchange=" + name, read: rabbitQueueReader(ch, name)}
 }
 
 // kafkaTarget: a kfake cluster with the writers' topics (4 partitions
@@ -86,8 +65,14 @@ func rabbitTarget(t *testing.T) *target {
 // order is the per-key publish order.
 func kafkaTarget(t *testing.T) *target {
 	seeds, _ := testenv.Kafka(t, kfake.SeedTopics(4, writerTopics()...))
-	return &target{name: "kafka", url: "kafka://" + strings.Join(seeds, ","), read: func(t *testing.T, c *brokertest.Checker) int {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(writerTopics()...),
+	return &target{name: "kafka", url: "kafka://" + strings.Join(seeds, ","), read: kafkaReader(seeds, writerTopics())}
+}
+
+// kafkaReader reads topics from the start until every written message has
+// been delivered (the checker reports any that never come as lost).
+func kafkaReader(seeds, topics []string) func(t *testing.T, c *brokertest.Checker) int {
+	return func(t *testing.T, c *brokertest.Checker) int {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topics...),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		if err != nil {
 			t.Fatal(err)
@@ -95,8 +80,6 @@ func kafkaTarget(t *testing.T) *target {
 		defer cl.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		// Read until every written message has been delivered; the
-		// checker reports any that never come as lost.
 		got := 0
 		for rep := c.Verify(); rep.DeliveredUnique < rep.Written; rep = c.Verify() {
 			fetches := cl.PollFetches(ctx)
@@ -116,5 +99,5 @@ func kafkaTarget(t *testing.T) *target {
 			})
 		}
 		return got
-	}}
+	}
 }

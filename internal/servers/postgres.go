@@ -96,6 +96,51 @@ type PostgresSSL struct {
 // and registered with [AtExit], so that [StopAll] (which testenv.Main calls)
 // stops the server if the caller has not. ctx bounds the start-up.
 func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop func() error, err error) {
+	return startCluster(ctx, opts, "initdb", func(bindir, dataDir string) ProcConfig {
+		return ProcConfig{
+			Name: "initdb",
+			Path: filepath.Join(bindir, "initdb"),
+			Args: []string{
+				"--pgdata", dataDir,
+				"--username", "postgres",
+				"--auth", "trust",
+				"--encoding", "UTF8",
+				"--no-locale",
+				"--no-sync",
+				"--no-instructions",
+			},
+		}
+	})
+}
+
+// StartPostgresStandby starts a hot standby of the server at primaryDSN
+// (one StartPostgres started, whose trust rules let user postgres
+// replicate from 127.0.0.1): a copy of its cluster taken with pg_basebackup
+// -R, so that it streams the primary's changes and accepts only read-only
+// transactions. Everything else is as for StartPostgres, including the
+// settings (a standby needs max_connections at least the primary's).
+func StartPostgresStandby(ctx context.Context, primaryDSN string, opts PostgresOptions) (dsn string, stop func() error, err error) {
+	return startCluster(ctx, opts, "pg_basebackup", func(bindir, dataDir string) ProcConfig {
+		return ProcConfig{
+			Name: "pg_basebackup",
+			Path: filepath.Join(bindir, "pg_basebackup"),
+			Args: []string{
+				"--dbname", primaryDSN,
+				"--pgdata", dataDir,
+				"--write-recovery-conf",
+				"--wal-method", "stream",
+				"--checkpoint", "fast",
+				"--no-sync",
+				"--no-password",
+			},
+		}
+	})
+}
+
+// startCluster creates a cluster in a new server directory with the
+// command create returns (run as user postgres in that directory), then
+// starts a server on it.
+func startCluster(ctx context.Context, opts PostgresOptions, what string, create func(bindir, dataDir string) ProcConfig) (dsn string, stop func() error, err error) {
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -125,25 +170,12 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop 
 	dataDir := filepath.Join(dir, "data")
 
 	t0 := time.Now()
-	err = RunProc(ctx, ProcConfig{
-		Name: "initdb",
-		Path: filepath.Join(bindir, "initdb"),
-		Args: []string{
-			"--pgdata", dataDir,
-			"--username", "postgres",
-			"--auth", "trust",
-			"--encoding", "UTF8",
-			"--no-locale",
-			"--no-sync",
-			"--no-instructions",
-		},
-		Dir:        dir,
-		Credential: cred,
-	})
-	if err != nil {
+	cfg := create(bindir, dataDir)
+	cfg.Dir, cfg.Credential = dir, cred
+	if err = RunProc(ctx, cfg); err != nil {
 		return "", nil, err
 	}
-	logf("servers: postgres: initdb %s in %v", dataDir, time.Since(t0).Round(time.Millisecond))
+	logf("servers: postgres: %s %s in %v", what, dataDir, time.Since(t0).Round(time.Millisecond))
 	settings, err := configurePostgres(dataDir, cred, opts)
 	if err != nil {
 		return "", nil, err
@@ -153,8 +185,8 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop 
 		t1 := time.Now()
 		proc, port, err := startPostmaster(ctx, bindir, dir, dataDir, cred, settings)
 		if err == nil {
-			logf("servers: postgres: pid %d ready on 127.0.0.1:%d in %v (%v with initdb)",
-				proc.PID(), port, time.Since(t1).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+			logf("servers: postgres: pid %d ready on 127.0.0.1:%d in %v (%v with %s)",
+				proc.PID(), port, time.Since(t1).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond), what)
 			stop := AtExit("postgres", func() error {
 				return errors.Join(proc.Stop(), os.RemoveAll(dir))
 			})

@@ -36,6 +36,13 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (dsn string, stop 
 	return servers.StartPostgres(ctx, opts)
 }
 
+// StartPostgresStandby is [servers.StartPostgresStandby]: it starts a hot
+// standby of the server at primaryDSN (one started with StartPostgres),
+// registered for [Main] to stop.
+func StartPostgresStandby(ctx context.Context, primaryDSN string, opts PostgresOptions) (dsn string, stop func() error, err error) {
+	return servers.StartPostgresStandby(ctx, primaryDSN, opts)
+}
+
 // sharedPostgres is the test process's PostgreSQL server; its value is the
 // DSN of the postgres database.
 var sharedPostgres lazy[string]

@@ -11,6 +11,24 @@
 // never fails because of its wake-up). Messages exist if and only if the
 // transaction commits.
 //
+// # Order
+//
+// A key's messages are published in the order of their sequence numbers,
+// drawn when Write inserts them. By default that is insert order, which is
+// commit order when the key's writers are serialised before they write
+// (they update the key's aggregate row first, say). With
+// Options.KeyLocks, Write takes an advisory lock per key (per group of
+// keys for writes of more than 256 keys), held until the transaction ends,
+// before drawing the numbers: publish order is then commit order whatever
+// the application's own lock order, at the cost of writers of one key
+// waiting for each other's commit, and of deadlocks (SQLSTATE 40P01) with
+// transactions that lock an application row before Write while others
+// lock it after. See [Writer.Write].
+//
+// The relay needs the primary: its marks are snapshots, and a hot
+// standby's do not show the primary's transactions in progress. On a
+// standby Partitions, and so the relay's Start, fails with [ErrStandby].
+//
 // # Tables
 //
 // [Store.Migrate] creates, in Options.Schema, the tables <prefix>_messages,

@@ -18,7 +18,8 @@ func interval(d time.Duration) pgtype.Interval {
 }
 
 // Partitions returns P from the meta table, read once and then cached (P
-// never changes).
+// never changes). The relay calls it when it starts, and this first read
+// fails with [ErrStandby] on a hot standby: a relay needs the primary.
 func (s *Store) Partitions(ctx context.Context) (int, error) {
 	if p := s.partitions.Load(); p > 0 {
 		return int(p), nil
@@ -26,13 +27,19 @@ func (s *Store) Partitions(ctx context.Context) (int, error) {
 	if err := s.check("partitions"); err != nil {
 		return 0, err
 	}
-	var p int
-	err := s.pool.QueryRow(ctx, s.q.partitions).Scan(&p)
+	var (
+		p       int
+		standby bool
+	)
+	err := s.pool.QueryRow(ctx, s.q.partitions).Scan(&p, &standby)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("postgres: partitions: the meta table %s is empty: run `outbox migrate --store <url>` (or Store.Migrate)", s.n.meta)
 	}
 	if err != nil {
 		return 0, s.wrap("partitions", err)
+	}
+	if standby {
+		return 0, fmt.Errorf("postgres: partitions: %w", ErrStandby)
 	}
 	s.partitions.Store(int64(p))
 	return p, nil

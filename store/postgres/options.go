@@ -27,6 +27,8 @@ const (
 	longestSuffix     = "_dead_letters_failed_idx"
 	// MaxPayloadLimit bounds Options.MaxPayload (a bytea holds at most 1 GiB).
 	MaxPayloadLimit = 256 << 20
+	// KeyLocksDefault is the default of Options.KeyLocks.
+	KeyLocksDefault = false
 	// maxErrorLen bounds the last_error text stored for a failure.
 	maxErrorLen = 4096
 )
@@ -71,6 +73,20 @@ type Options struct {
 	// the writing span, with outboxtrace.Injector (package tracing/otel).
 	// Default none: nothing is added.
 	Inject outbox.HeaderInjector
+	// KeyLocks makes a key's publish order its commit order whatever the
+	// order in which the application takes its own locks; default
+	// [KeyLocksDefault]. Write then takes a transaction-scoped advisory lock
+	// per key (per group of keys for a write of more than 256 keys) before
+	// its messages draw their sequence numbers, held until the transaction
+	// ends: of two transactions writing a key, the later writer waits for
+	// the earlier one to commit or roll back. Without it a key's publish
+	// order is its insert order, which is its commit order only when the
+	// key's writers are serialised before they call Write (see
+	// [Writer.Write]). With it, a transaction that takes one of the
+	// application's own locks after Write while another takes that lock
+	// before its Write of the same key deadlocks with it: PostgreSQL aborts
+	// one of them (SQLSTATE 40P01) after deadlock_timeout; retry it.
+	KeyLocks *bool
 }
 
 // WithDefaults returns a copy of o with every zero field set to its default.
@@ -80,8 +96,10 @@ func (o Options) WithDefaults() Options {
 	o.TablePrefix = cmp.Or(o.TablePrefix, TablePrefixDefault)
 	o.MaxPayload = cmp.Or(o.MaxPayload, outbox.MaxPayloadDefault)
 	if o.Notify == nil {
-		t := true
-		o.Notify = &t
+		o.Notify = new(true)
+	}
+	if o.KeyLocks == nil {
+		o.KeyLocks = new(KeyLocksDefault)
 	}
 	return o
 }

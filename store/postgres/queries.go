@@ -15,19 +15,39 @@ import (
 // queues a NOTIFY in the same statement (delivered on commit). The partition
 // is computed from the key hash with P read from the meta table, so writers
 // do not need to know P. It returns the number of inserted rows.
-func writeSQL(n names, notify bool) string {
+//
+// With keyLocks it first takes the write's key locks (see keyLockIDs):
+// $8 the advisory locks to take shared, then $9 those to take exclusive,
+// each array in ascending order, all held until the transaction ends; the
+// rows draw their sequence numbers only after every lock is held (each
+// step waits for the previous one through a one-time filter on its
+// count). The channel of the notification is the last parameter.
+func writeSQL(n names, notify, keyLocks bool) string {
 	// x takes the transaction's ID before the first row gets its sequence
 	// number (FetchMarked relies on it: a transaction that starts after a
 	// fetch cannot hold a number at or below that fetch's cursor).
 	q := `WITH x AS MATERIALIZED (
     SELECT pg_current_xact_id() AS txid
-), ins AS (
+)`
+	next := 8
+	locked := ""
+	if keyLocks {
+		q += `, shared AS MATERIALIZED (
+    SELECT count(*) AS n FROM (SELECT pg_advisory_xact_lock_shared(l) FROM unnest($8::bigint[]) AS l) s
+), locked AS MATERIALIZED (
+    SELECT count(*) AS n FROM (SELECT pg_advisory_xact_lock(l) FROM unnest($9::bigint[]) AS l WHERE (SELECT n FROM shared) >= 0) e
+)`
+		locked = `
+    WHERE (SELECT n FROM locked) >= 0`
+		next = 10
+	}
+	q += `, ins AS (
     INSERT INTO ` + n.messages + ` (id, partition, topic, key, payload, headers, created_at, txid)
     SELECT u.id, (u.hash % m.partitions)::integer, u.topic, u.key, u.payload, u.headers::jsonb, u.created_at, x.txid
     FROM x
     CROSS JOIN ` + n.meta + ` m
     CROSS JOIN unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::timestamptz[])
-        AS u(id, hash, topic, key, payload, headers, created_at)
+        AS u(id, hash, topic, key, payload, headers, created_at)` + locked + `
     RETURNING partition
 )`
 	if !notify {
@@ -43,7 +63,7 @@ SELECT count(*) FROM ins`
 	// write touching some 1,600 partitions or more, sends "*" instead, any
 	// partition, and every relay worker fetches.
 	return q + `
-SELECT a.n, pg_notify($8, CASE WHEN a.parts IS NULL OR octet_length(a.parts) < current_setting('block_size')::integer - 192 THEN a.parts ELSE '` + notifyAnyPartition + `' END)
+SELECT a.n, pg_notify($` + strconv.Itoa(next) + `, CASE WHEN a.parts IS NULL OR octet_length(a.parts) < current_setting('block_size')::integer - 192 THEN a.parts ELSE '` + notifyAnyPartition + `' END)
 FROM (SELECT count(*) AS n, string_agg(DISTINCT partition::text, ',') AS parts FROM ins) a`
 }
 
@@ -66,7 +86,7 @@ type queries struct {
 
 func newQueries(n names, opts Options) queries {
 	var q queries
-	q.partitions = `SELECT partitions FROM ` + n.meta
+	q.partitions = `SELECT partitions, pg_is_in_recovery() FROM ` + n.meta
 
 	// Upsert this node, forget expired ones, and count the live ones. The
 	// main query sees the table as before the CTEs ran, hence "+ 1" for

@@ -157,7 +157,20 @@ func (s *Store) wrap(op string, err error) error {
 	return wrapErr(op, s.opts, err)
 }
 
+// ErrStandby is matched (errors.Is) by the errors of a Store connected to
+// a server that accepts no writes: a hot standby (in recovery), or a
+// read-only session. A relay needs the primary: a standby cannot hold
+// leases nor settle, and its snapshots, the marks of FetchMarked, do not
+// show transactions in progress on the primary, so rows that commit late
+// there would be skipped. The relay refuses to start on one (Partitions
+// fails).
+var ErrStandby = errors.New("the server is a hot standby (pg_is_in_recovery) or the session is read-only: a relay needs the primary, whose snapshots show its transactions in progress and which takes writes; point the store URL at the primary (with several hosts, add target_session_attrs=read-write)")
+
 func wrapErr(op string, opts Options, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "25006" { // read_only_sql_transaction
+		return fmt.Errorf("postgres: %s: %w: %w", op, ErrStandby, err)
+	}
 	if missingTables(err) {
 		return fmt.Errorf("postgres: %s: the outbox tables do not exist in schema %q with prefix %q: run `outbox migrate --store <url>` (or Store.Migrate) first: %w",
 			op, opts.Schema, opts.TablePrefix, err)

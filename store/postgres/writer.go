@@ -23,9 +23,10 @@ import (
 // transaction, so that they exist if and only if that transaction commits.
 // A Writer is immutable and safe for concurrent use.
 type Writer struct {
-	opts Options
-	n    names
-	sql  string // the INSERT (with pg_notify when Options.Notify)
+	opts  Options
+	n     names
+	sql   string     // the INSERT (with pg_notify when Options.Notify)
+	locks *keyLocker // nil unless Options.KeyLocks
 }
 
 // NewWriter returns a Writer for the tables named by opts (Schema,
@@ -37,7 +38,11 @@ func NewWriter(opts Options) (*Writer, error) {
 		return nil, err
 	}
 	n := newNames(opts)
-	return &Writer{opts: opts, n: n, sql: writeSQL(n, *opts.Notify)}, nil
+	w := &Writer{opts: opts, n: n, sql: writeSQL(n, *opts.Notify, *opts.KeyLocks)}
+	if *opts.KeyLocks {
+		w.locks = newKeyLocker(opts)
+	}
+	return w, nil
 }
 
 var defaultWriter = sync.OnceValue(func() *Writer {
@@ -63,6 +68,27 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 // Write inserts msgs in tx with one statement (one round trip, whatever the
 // number of messages) and, unless Options.Notify is false, queues a NOTIFY
 // that PostgreSQL delivers when tx commits.
+//
+// Order. Each message draws its sequence number (Record.Seq) from a
+// PostgreSQL sequence when Write inserts it, and the relay publishes a
+// key's messages in that order. Without Options.KeyLocks that is insert
+// order: it equals commit order when the writers of a key are serialised
+// before they call Write, for example by updating (or SELECT … FOR
+// UPDATE) the key's aggregate row first, or when one writer at a time
+// writes each key. An application that writes the message first and
+// locks the row after (some ORMs flush inserts before updates) can commit
+// two transactions of a key in the other order than they wrote: T1 writes
+// M1, T2 writes M2, T2 updates the row, T1 waits for it, T2 commits, T1
+// commits; M1 is published first (or, if the relay fetched between the two
+// commits, M2 first and M1 as soon as it commits). With Options.KeyLocks
+// Write first takes the key's lock, held until tx ends, so T2's Write
+// waits for T1 to commit: publish order is commit order, whatever the
+// order of the application's own locks. A transaction that locks its row
+// before Write, while another locks it after its own Write of the same
+// key, then deadlocks with it; PostgreSQL aborts one (SQLSTATE 40P01) and
+// the application retries it, as for any deadlock. Keep one order
+// (Write first, or the row first) in every transaction of a key to avoid
+// it.
 //
 // Each message is prepared on a copy (msgs are not modified or retained):
 // an empty ID gets a new UUIDv7 and a zero CreatedAt the current time. If
@@ -94,9 +120,9 @@ func (w *Writer) dest(n *int64) []any {
 	return []any{n}
 }
 
-// WriteSQL is Write for a database/sql transaction opened on the pgx stdlib
-// driver (github.com/jackc/pgx/v5/stdlib); other drivers cannot encode the
-// array parameters.
+// WriteSQL is Write for a database/sql transaction, opened with any
+// PostgreSQL driver (pgx's stdlib, lib/pq, …): the arrays are sent as
+// PostgreSQL array literals.
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -111,7 +137,7 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...outbox.Messag
 	if *w.opts.Notify {
 		dest = append(dest, &void)
 	}
-	if err := tx.QueryRowContext(ctx, w.sql, args...).Scan(dest...); err != nil {
+	if err := tx.QueryRowContext(ctx, w.sql, textArrays(args)...).Scan(dest...); err != nil {
 		return wrapErr("write", w.opts, err)
 	}
 	return w.checkCount(n, len(msgs))
@@ -138,6 +164,9 @@ func (w *Writer) args(ctx context.Context, msgs []outbox.Message) ([]any, error)
 		payloads = make([][]byte, len(msgs))
 		headers  = make([]*string, len(msgs))
 		created  = make([]time.Time, len(msgs))
+		// with key locks: the hashes and lock IDs of the keyed messages
+		keyHashes []uint32
+		keyLocks  []int64
 	)
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
@@ -155,7 +184,20 @@ func (w *Writer) args(ctx context.Context, msgs []outbox.Message) ([]any, error)
 			return nil, fmt.Errorf("postgres: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "ID", Reason: err.Error()})
 		}
 		ids[i] = id
-		hashes[i] = int64(keyHash(m.Key))
+		// The partition hash is the first 4 bytes of SHA-256(key) as a
+		// little-endian uint32, so that hash % P equals
+		// outbox.PartitionOf(key, P); an empty key gets a random one.
+		if m.Key == "" {
+			hashes[i] = int64(rand.Uint32())
+		} else {
+			sum := sha256.Sum256([]byte(m.Key))
+			h := binary.LittleEndian.Uint32(sum[:4])
+			hashes[i] = int64(h)
+			if w.locks != nil {
+				keyHashes = append(keyHashes, h)
+				keyLocks = append(keyLocks, w.locks.keyLock(&sum))
+			}
+		}
 		topics[i] = m.Topic
 		keys[i] = m.Key
 		payloads[i] = m.Payload
@@ -173,21 +215,14 @@ func (w *Writer) args(ctx context.Context, msgs []outbox.Message) ([]any, error)
 		created[i] = m.CreatedAt
 	}
 	args := []any{ids, hashes, topics, keys, payloads, headers, created}
+	if w.locks != nil {
+		shared, exclusive := w.locks.locks(keyHashes, keyLocks)
+		args = append(args, shared, exclusive)
+	}
 	if *w.opts.Notify {
 		args = append(args, w.n.channel)
 	}
 	return args, nil
-}
-
-// keyHash is the 32-bit hash behind outbox.PartitionOf: the first 4 bytes of
-// SHA-256(key) as a little-endian uint32, so that hash % P equals
-// outbox.PartitionOf(key, P). An empty key gets a random hash.
-func keyHash(key string) uint32 {
-	if key == "" {
-		return rand.Uint32()
-	}
-	sum := sha256.Sum256([]byte(key))
-	return binary.LittleEndian.Uint32(sum[:4])
 }
 
 // parseUUID decodes a canonical lower-case UUID string (as
