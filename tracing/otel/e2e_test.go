@@ -130,6 +130,12 @@ func (e *traceEnv) handleTracer() inbox.Tracer {
 // trace, each the parent of the next, with the messaging attributes.
 func (e *traceEnv) checkTrace(t *testing.T, system, destination, id string) {
 	t.Helper()
+	// The consumer may handle the message before the relay has ended its
+	// producer span (the span ends once Publish returned): wait for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(e.exp.GetSpans()) < 4 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	}
 	spans := map[string]tracetest.SpanStub{}
 	for _, s := range e.exp.GetSpans() {
 		if _, dup := spans[s.Name]; dup {
