@@ -67,10 +67,17 @@ func TestRunEveryScenario(t *testing.T) {
 		if r.Messages != res.Messages {
 			t.Errorf("%s: run of %d messages, want %d", res.Scenario, r.Messages, res.Messages)
 		}
+		if strings.HasPrefix(res.Scenario, "writer/") {
+			// Writers alone: no relay, no broker.
+			if r.TxPerSec <= 0 || r.ClientCPUMicros <= 0 {
+				t.Errorf("%s: %v tx/s, %v µs of bench CPU per message; want both measured", res.Scenario, r.TxPerSec, r.ClientCPUMicros)
+			}
+			continue
+		}
 		if res.Scenario != CeilingBrokerName && r.Left != 0 {
 			t.Errorf("%s: left %d messages in the outbox, want 0", res.Scenario, r.Left)
 		}
-		if res.Scenario != CeilingStoreName && r.Stored != int64(r.Messages) {
+		if res.Scenario != CeilingStoreName && res.Scenario != CeilingWALName && r.Stored != int64(r.Messages) {
 			t.Errorf("%s: the stream holds %d messages, want %d", res.Scenario, r.Stored, r.Messages)
 		}
 	}
@@ -103,7 +110,7 @@ func TestRunEveryScenario(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500"} {
+	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500", "capture modes", "writer/wal-tx10", "relay/wal ≥ 1.5 × relay/key"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, table.String())
 		}
@@ -166,7 +173,8 @@ func TestSelect(t *testing.T) {
 		want []string
 	}{
 		{nil, ScenarioNames()},
-		{[]string{"relay/*"}, []string{RelayNoneName, RelayKeyName}},
+		{[]string{"relay/*"}, []string{RelayNoneName, RelayKeyName, RelayWALName}},
+		{[]string{"writer/*", "ceiling/wal"}, []string{CeilingWALName, WriterTableTx1Name, WriterWALTx1Name, WriterTableTx10Name, WriterWALTx10Name}},
 		{[]string{"steady,seed-naive"}, []string{SeedNaiveName, SteadyName}},
 		{[]string{"scaling/*", "relay/key"}, []string{RelayKeyName, "scaling/w1", "scaling/w2", "scaling/w4", "scaling/w8"}},
 	}

@@ -22,6 +22,24 @@
 //     is held across the broker call.
 //   - relay/none, relay/key: ours, outbox.NewRelay on store/postgres and the
 //     broker's publisher, ordering none or key, --workers and --batch.
+//   - relay/wal: ours on the WAL capture (store/postgres CaptureWAL): the
+//     backlog is emitted into the WAL (pg_logical_emit_message, untimed)
+//     after the bench's slot was created; the relay reads the slot
+//     (pgoutput), timed from Start until every message is published and
+//     settled. The slot is dropped after each run, so that it retains no
+//     WAL while other scenarios run. ceiling/wal is its ceiling/store: the
+//     backlog captured from the slot and settled, no broker.
+//   - writer/table-tx1, writer/wal-tx1, writer/table-tx10,
+//     writer/wal-tx10: 8 producers alone (no relay) committing
+//     transactions of 1 or 10 messages, as fast as they can, into the
+//     table (INSERT … FROM unnest, with its NOTIFY) or into the WAL, up to
+//     50,000 messages; transactions/s beside messages/s.
+//
+// The relay, ceiling and writer scenarios also report the CPU time per
+// message over the timed span: the bench's process (getrusage: producers
+// or relay, and an embedded broker) and PostgreSQL's processes (the
+// postmaster and its children, from /proc, when the server runs on this
+// machine).
 //   - scaling/w1, w2, w4, w8: relay/key with 1, 2, 4, 8 workers on 10,000
 //     messages, next to the ADR's 850 / 1,650 / 3,200 / 5,800 events/s.
 //   - ceiling/store: the same backlog drained by plain SELECT + DELETE in

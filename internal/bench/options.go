@@ -299,10 +299,11 @@ func ScalingName(w int) string { return fmt.Sprintf("scaling/w%d", w) }
 // ScenarioNames lists every scenario in the order they run within a round
 // (steady runs once, after the rounds).
 func ScenarioNames() []string {
-	names := []string{SeedNaiveName, SeedTunedName, RelayNoneName, RelayKeyName, CeilingStoreName, CeilingBrokerName}
+	names := []string{SeedNaiveName, SeedTunedName, RelayNoneName, RelayKeyName, RelayWALName, CeilingStoreName, CeilingWALName, CeilingBrokerName}
 	for _, w := range ScalingWorkers {
 		names = append(names, ScalingName(w))
 	}
+	names = append(names, WALScenarioNames()[2:]...) // the writers
 	return append(names, SteadyName)
 }
 
