@@ -56,7 +56,7 @@ func TestRunEveryScenario(t *testing.T) {
 		if !(res.MsgsPerSec > 0) {
 			t.Errorf("%s: msgs_per_sec = %v, want > 0", res.Scenario, res.MsgsPerSec)
 		}
-		if res.Scenario == CeilingName || res.Scenario == SteadyName {
+		if res.Scenario == CeilingName || res.Scenario == SteadyName || res.Scenario == SteadyWALName {
 			continue
 		}
 		if len(res.Details) != 1 || len(res.Runs) != 1 {
@@ -90,10 +90,16 @@ func TestRunEveryScenario(t *testing.T) {
 	if s := rep.Result(ScalingName(8)); s != nil && s.Messages != tinyMessages {
 		t.Errorf("scaling ran on %d messages, want %d (the backlog, smaller than 10,000)", s.Messages, tinyMessages)
 	}
-	st := rep.Result(SteadyName)
-	if st == nil || st.Latency == nil {
-		t.Fatalf("no steady latency in the report")
+	for _, name := range []string{SteadyName, SteadyWALName} {
+		st := rep.Result(name)
+		if st == nil || st.Latency == nil {
+			t.Fatalf("no %s latency in the report", name)
+		}
+		if l := st.Latency; l.ClientCPUMicros <= 0 || runtime.GOOS == "linux" && l.ServerCPUMicros <= 0 {
+			t.Errorf("%s: CPU per message %v (bench), %v (PostgreSQL); want both measured", name, l.ClientCPUMicros, l.ServerCPUMicros)
+		}
 	}
+	st := rep.Result(SteadyName)
 	if l := st.Latency; l.Messages+l.WarmupMessages != st.Messages || l.Messages == 0 || l.WarmupMessages == 0 || !(l.P99 >= l.P50) || !(l.Max >= l.P99) {
 		t.Errorf("steady latency %+v for %d messages: want every message either measured or in the warm-up, some of each, and p50 <= p99 <= max", *l, st.Messages)
 	}
@@ -110,7 +116,7 @@ func TestRunEveryScenario(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500", "capture modes", "writer/wal-tx10", "relay/wal ≥ 1.5 × relay/key"} {
+	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500", "capture modes", "writer/wal-tx10", "relay/wal ≥ 1.5 × relay/key", "steady/wal: relay/wal", "steady/wal CPU per message"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, table.String())
 		}

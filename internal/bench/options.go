@@ -262,6 +262,9 @@ const (
 	// CeilingName is the derived row 1 / (1/store + 1/broker).
 	CeilingName = "ceiling/combined"
 	SteadyName  = "steady"
+	// SteadyWALName is the steady scenario on the WAL capture: producers
+	// emitting into the WAL while relay/wal runs.
+	SteadyWALName = "steady/wal"
 
 	// DynamoRelayKeyName is relay/key on a DynamoDB store, with the
 	// requests and capacity units per message relayed.
@@ -304,7 +307,7 @@ func ScenarioNames() []string {
 		names = append(names, ScalingName(w))
 	}
 	names = append(names, WALScenarioNames()[2:]...) // the writers
-	return append(names, SteadyName)
+	return append(names, SteadyName, SteadyWALName)
 }
 
 // Select returns the PostgreSQL scenario names matched by patterns (names

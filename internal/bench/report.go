@@ -44,6 +44,10 @@ const (
 	// TargetWALWriter the WAL writers' rate over the table writers'.
 	TargetWALOverKey = 1.5
 	TargetWALWriter  = 2.0
+	// TargetWALP99Ms is steady/wal's commit→ack p99, and TargetWALCPU its
+	// CPU per message over steady's (both: every process).
+	TargetWALP99Ms = 10.0
+	TargetWALCPU   = 0.6
 )
 
 func targets(r *Report) []Target {
@@ -94,7 +98,26 @@ func targets(r *Report) []Target {
 			p99.Limit = fmt.Sprintf("out of reach here: the machine's %d CPUs were %.0f%% busy at that rate", l.CPUs, l.CPUBusy)
 		}
 	}
-	return append(ts, p99)
+	ts = append(ts, p99)
+	if s := r.Result(SteadyWALName); s != nil && s.Err == "" && s.Latency != nil {
+		l := s.Latency
+		t := Target{Name: fmt.Sprintf("steady/wal commit→ack p99 ≤ 10 ms at %s msgs/s", thousands(l.Rate)), Want: TargetWALP99Ms, Unit: "ms", Got: l.P99, Measured: true}
+		t.Met = t.Got <= TargetWALP99Ms
+		if !t.Met && l.CPUBusy >= cpuSaturated {
+			t.Limit = fmt.Sprintf("out of reach here: the machine's %d CPUs were %.0f%% busy at that rate", l.CPUs, l.CPUBusy)
+		}
+		ts = append(ts, t)
+		if k := r.Result(SteadyName); k != nil && k.Err == "" && k.Latency != nil && k.Latency.ServerCPUMicros >= 0 && l.ServerCPUMicros >= 0 {
+			wal, table := l.ClientCPUMicros+l.ServerCPUMicros, k.Latency.ClientCPUMicros+k.Latency.ServerCPUMicros
+			c := Target{Name: "steady/wal CPU per message ≤ 0.6 × steady's", Want: TargetWALCPU, Unit: "×", Measured: table > 0}
+			if c.Measured {
+				c.Got = wal / table
+				c.Met = c.Got <= TargetWALCPU
+			}
+			ts = append(ts, c)
+		}
+	}
+	return ts
 }
 
 // WriteTable prints the report as aligned tables: the drain scenarios with
@@ -113,7 +136,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	var failures []string
 	rows := 0
 	for _, res := range r.Results {
-		if strings.HasPrefix(res.Scenario, "scaling/") || strings.HasPrefix(res.Scenario, "writer/") || res.Scenario == SteadyName {
+		if strings.HasPrefix(res.Scenario, "scaling/") || strings.HasPrefix(res.Scenario, "writer/") || res.Scenario == SteadyName || res.Scenario == SteadyWALName {
 			continue
 		}
 		rows++
@@ -177,7 +200,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 
-	if s := r.Result(SteadyName); s != nil {
+	for _, name := range []string{SteadyName, SteadyWALName} {
+		s := r.Result(name)
+		if s == nil {
+			continue
+		}
 		if s.Err != "" {
 			failures = append(failures, s.Scenario+": "+s.Err)
 		} else if l := s.Latency; l != nil {
@@ -185,13 +212,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if l.WarmupSeconds > 0 {
 				warm = fmt.Sprintf(" after a %gs warm-up (%s messages, not measured)", l.WarmupSeconds, thousands(float64(l.WarmupMessages)))
 			}
-			fmt.Fprintf(&b, "\nsteady state: relay/key, %d workers, batch %d, producing %s msgs/s for %.0fs%s, in transactions of %d message(s)\n",
-				s.Workers, s.Batch, thousands(l.Rate), l.Seconds, warm, l.PerTx)
+			relay := RelayKeyName
+			if name == SteadyWALName {
+				relay = RelayWALName + " (producers emitting into the WAL)"
+			}
+			fmt.Fprintf(&b, "\n%s: %s, %d workers, batch %d, producing %s msgs/s for %.0fs%s, in transactions of %d message(s)\n",
+				name, relay, s.Workers, s.Batch, thousands(l.Rate), l.Seconds, warm, l.PerTx)
 			b.WriteString("commit→ack: from the producer's Commit returning to the relay's Publish call returning with the broker's ack\n")
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TARGET MSGS/S\tACHIEVED\tMESSAGES\tP50 MS\tP95 MS\tP99 MS\tMAX MS")
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\n", thousands(l.Rate), thousands(l.Achieved), thousands(float64(l.Messages)),
-				l.P50, l.P95, l.P99, l.Max)
+			fmt.Fprintln(tw, "TARGET MSGS/S\tACHIEVED\tMESSAGES\tP50 MS\tP95 MS\tP99 MS\tMAX MS\tCPU µs/MSG BENCH\tPOSTGRES")
+			server := "-"
+			if l.ServerCPUMicros >= 0 {
+				server = fmt.Sprintf("%.1f", l.ServerCPUMicros)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n", thousands(l.Rate), thousands(l.Achieved), thousands(float64(l.Messages)),
+				l.P50, l.P95, l.P99, l.Max, l.ClientCPUMicros, server)
 			if err := tw.Flush(); err != nil {
 				return err
 			}

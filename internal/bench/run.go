@@ -223,9 +223,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	if slices.Contains(names, SteadyName) {
-		env.Log = baseLog.With("scenario", SteadyName)
-		res, err := runSteady(ctx, env, o, k, rep)
+	for _, name := range []string{SteadyName, SteadyWALName} {
+		if !slices.Contains(names, name) {
+			continue
+		}
+		env.Log = baseLog.With("scenario", name)
+		res, err := runSteady(ctx, env, o, k, rep, name)
 		if res != nil {
 			rep.Results = append(rep.Results, res)
 		}
@@ -234,7 +237,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				rep.finish(began)
 				return rep, context.Cause(ctx)
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", SteadyName, err))
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
 	rep.finish(began)

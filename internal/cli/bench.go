@@ -39,6 +39,7 @@ func newBenchCommand(a *app) *cobra.Command {
                   8 producers alone writing transactions of 1 or 10 messages
                   into the table or into the WAL (50,000 messages at most)
   steady          producers at a fixed rate while relay/key runs: commit→ack latency
+  steady/wal      the same with the WAL capture: producers emit into the WAL, relay/wal runs
 Drain scenarios run --runs times each, alternating (round-robin). The table
 shows the median, min–max, the ratio to seed-tuned and the sources' published
 figures, then the issue's targets with ✓/✗.
