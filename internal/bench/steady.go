@@ -39,17 +39,17 @@ type Latency struct {
 	// -1 where the system does not tell (it is read from /proc/stat).
 	CPUBusy float64 `json:"cpu_busy_pct"`
 	// CPUs is the number of CPUs CPUBusy is a share of.
-	CPUs int     `json:"cpus"`
+	CPUs int `json:"cpus"`
 	// ClientCPUMicros and ServerCPUMicros are the CPU time per message
 	// over the measured time: the bench's process (producers, relay, an
 	// embedded broker) and PostgreSQL's processes (-1: not on this
 	// machine).
 	ClientCPUMicros float64 `json:"client_cpu_us_per_msg"`
 	ServerCPUMicros float64 `json:"server_cpu_us_per_msg"`
-	P50  float64 `json:"p50_ms"`
-	P95  float64 `json:"p95_ms"`
-	P99  float64 `json:"p99_ms"`
-	Max  float64 `json:"max_ms"`
+	P50             float64 `json:"p50_ms"`
+	P95             float64 `json:"p95_ms"`
+	P99             float64 `json:"p99_ms"`
+	Max             float64 `json:"max_ms"`
 }
 
 // readyTimeout bounds the wait for a relay to become ready.
