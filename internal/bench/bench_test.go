@@ -56,7 +56,7 @@ func TestRunEveryScenario(t *testing.T) {
 		if !(res.MsgsPerSec > 0) {
 			t.Errorf("%s: msgs_per_sec = %v, want > 0", res.Scenario, res.MsgsPerSec)
 		}
-		if res.Scenario == CeilingName || res.Scenario == SteadyName {
+		if res.Scenario == CeilingName || res.Scenario == SteadyName || res.Scenario == SteadyWALName {
 			continue
 		}
 		if len(res.Details) != 1 || len(res.Runs) != 1 {
@@ -67,10 +67,17 @@ func TestRunEveryScenario(t *testing.T) {
 		if r.Messages != res.Messages {
 			t.Errorf("%s: run of %d messages, want %d", res.Scenario, r.Messages, res.Messages)
 		}
+		if strings.HasPrefix(res.Scenario, "writer/") {
+			// Writers alone: no relay, no broker.
+			if r.TxPerSec <= 0 || r.ClientCPUMicros <= 0 {
+				t.Errorf("%s: %v tx/s, %v µs of bench CPU per message; want both measured", res.Scenario, r.TxPerSec, r.ClientCPUMicros)
+			}
+			continue
+		}
 		if res.Scenario != CeilingBrokerName && r.Left != 0 {
 			t.Errorf("%s: left %d messages in the outbox, want 0", res.Scenario, r.Left)
 		}
-		if res.Scenario != CeilingStoreName && r.Stored != int64(r.Messages) {
+		if res.Scenario != CeilingStoreName && res.Scenario != CeilingWALName && r.Stored != int64(r.Messages) {
 			t.Errorf("%s: the stream holds %d messages, want %d", res.Scenario, r.Stored, r.Messages)
 		}
 	}
@@ -83,10 +90,16 @@ func TestRunEveryScenario(t *testing.T) {
 	if s := rep.Result(ScalingName(8)); s != nil && s.Messages != tinyMessages {
 		t.Errorf("scaling ran on %d messages, want %d (the backlog, smaller than 10,000)", s.Messages, tinyMessages)
 	}
-	st := rep.Result(SteadyName)
-	if st == nil || st.Latency == nil {
-		t.Fatalf("no steady latency in the report")
+	for _, name := range []string{SteadyName, SteadyWALName} {
+		st := rep.Result(name)
+		if st == nil || st.Latency == nil {
+			t.Fatalf("no %s latency in the report", name)
+		}
+		if l := st.Latency; l.ClientCPUMicros <= 0 || runtime.GOOS == "linux" && l.ServerCPUMicros <= 0 {
+			t.Errorf("%s: CPU per message %v (bench), %v (PostgreSQL); want both measured", name, l.ClientCPUMicros, l.ServerCPUMicros)
+		}
 	}
+	st := rep.Result(SteadyName)
 	if l := st.Latency; l.Messages+l.WarmupMessages != st.Messages || l.Messages == 0 || l.WarmupMessages == 0 || !(l.P99 >= l.P50) || !(l.Max >= l.P99) {
 		t.Errorf("steady latency %+v for %d messages: want every message either measured or in the warm-up, some of each, and p50 <= p99 <= max", *l, st.Messages)
 	}
@@ -103,7 +116,7 @@ func TestRunEveryScenario(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500"} {
+	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500", "capture modes", "writer/wal-tx10", "relay/wal ≥ 1.5 × relay/key", "steady/wal: relay/wal", "steady/wal CPU per message"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, table.String())
 		}
@@ -166,7 +179,8 @@ func TestSelect(t *testing.T) {
 		want []string
 	}{
 		{nil, ScenarioNames()},
-		{[]string{"relay/*"}, []string{RelayNoneName, RelayKeyName}},
+		{[]string{"relay/*"}, []string{RelayNoneName, RelayKeyName, RelayWALName}},
+		{[]string{"writer/*", "ceiling/wal"}, []string{CeilingWALName, WriterTableTx1Name, WriterWALTx1Name, WriterTableTx10Name, WriterWALTx10Name}},
 		{[]string{"steady,seed-naive"}, []string{SeedNaiveName, SteadyName}},
 		{[]string{"scaling/*", "relay/key"}, []string{RelayKeyName, "scaling/w1", "scaling/w2", "scaling/w4", "scaling/w8"}},
 	}

@@ -37,7 +37,9 @@ func CeilingStore(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	fetch := ceilingFetchSQL(env.messages)
 	del := `DELETE FROM ` + env.messages + ` WHERE id = ANY($1::uuid[])`
+	cpu := newCPUMeter(ctx, env)
 	tctx, untimed := timed(ctx)
+	cpu.begin()
 	start := time.Now()
 	g, gctx := errgroup.WithContext(tctx)
 	for w := range min(k.Workers, env.partitions) {
@@ -49,6 +51,7 @@ func CeilingStore(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	err := g.Wait()
 	r := newRun(n, time.Since(start))
+	r.setCPU(cpu.end())
 	untimed()
 	if err != nil {
 		return RunResult{}, fmt.Errorf("bench: ceiling/store: %w", err)

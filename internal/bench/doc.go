@@ -22,12 +22,30 @@
 //     is held across the broker call.
 //   - relay/none, relay/key: ours, outbox.NewRelay on store/postgres and the
 //     broker's publisher, ordering none or key, --workers and --batch.
+//   - relay/wal: ours on the WAL capture (store/postgres CaptureWAL): the
+//     backlog is emitted into the WAL (pg_logical_emit_message, untimed)
+//     after the bench's slot was created; the relay reads the slot
+//     (pgoutput), timed from Start until every message is published and
+//     settled. The slot is dropped after each run, so that it retains no
+//     WAL while other scenarios run. ceiling/wal is its ceiling/store: the
+//     backlog captured from the slot and settled, no broker.
+//   - writer/table-tx1, writer/wal-tx1, writer/table-tx10,
+//     writer/wal-tx10: 8 producers alone (no relay) committing
+//     transactions of 1 or 10 messages, as fast as they can, into the
+//     table (INSERT … FROM unnest, with its NOTIFY) or into the WAL, up to
+//     50,000 messages; transactions/s beside messages/s.
 //   - scaling/w1, w2, w4, w8: relay/key with 1, 2, 4, 8 workers on 10,000
 //     messages, next to the ADR's 850 / 1,650 / 3,200 / 5,800 events/s.
 //   - ceiling/store: the same backlog drained by plain SELECT + DELETE in
 //     batches on our schema, no broker. ceiling/broker: the same messages
 //     published with confirmations in batches, no store. The combined
 //     ceiling 1 / (1/store + 1/broker) is derived from the two.
+//
+// The relay, ceiling and writer scenarios also report the CPU time per
+// message over the timed span: the bench's process (getrusage: producers
+// or relay, and an embedded broker) and PostgreSQL's processes (the
+// postmaster and its children, from /proc, when the server runs on this
+// machine).
 //
 // The timed span of a drain starts right before the processor starts and
 // ends when the outbox is empty: the published count is polled every 5 ms
@@ -69,6 +87,11 @@
 //
 // On RabbitMQ the bench's queue is a durable classic queue, or a quorum
 // queue with Options.AMQPQueueType (--amqp-queue-type quorum).
+//
+// steady/wal is the steady scenario on the WAL capture (producers emit
+// into the WAL, relay/wal reads the slot), at the same rate; both report
+// the CPU time per message of the bench's process and of PostgreSQL over
+// the measured time.
 //
 // The steady scenario runs once, after the rounds: producers write at a
 // fixed rate (default half the relay/key median) in small transactions

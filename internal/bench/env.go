@@ -50,6 +50,14 @@ type RunResult struct {
 	Failed int64 `json:"failed"`
 	// Relay is where our relay spent its time (relay scenarios only).
 	Relay *RelayTimes `json:"relay,omitempty"`
+	// TxPerSec is the transactions committed per second (writer
+	// scenarios).
+	TxPerSec float64 `json:"tx_per_sec,omitempty"`
+	// ClientCPUMicros and ServerCPUMicros are the CPU time per message of
+	// the bench's process (producers or relay, and an embedded broker) and
+	// of the PostgreSQL server (-1: not on this machine), where measured.
+	ClientCPUMicros float64 `json:"client_cpu_us_per_msg,omitempty"`
+	ServerCPUMicros float64 `json:"server_cpu_us_per_msg,omitempty"`
 }
 
 func newRun(n int, elapsed time.Duration) RunResult {

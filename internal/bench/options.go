@@ -262,6 +262,9 @@ const (
 	// CeilingName is the derived row 1 / (1/store + 1/broker).
 	CeilingName = "ceiling/combined"
 	SteadyName  = "steady"
+	// SteadyWALName is the steady scenario on the WAL capture: producers
+	// emitting into the WAL while relay/wal runs.
+	SteadyWALName = "steady/wal"
 
 	// DynamoRelayKeyName is relay/key on a DynamoDB store, with the
 	// requests and capacity units per message relayed.
@@ -299,11 +302,12 @@ func ScalingName(w int) string { return fmt.Sprintf("scaling/w%d", w) }
 // ScenarioNames lists every scenario in the order they run within a round
 // (steady runs once, after the rounds).
 func ScenarioNames() []string {
-	names := []string{SeedNaiveName, SeedTunedName, RelayNoneName, RelayKeyName, CeilingStoreName, CeilingBrokerName}
+	names := []string{SeedNaiveName, SeedTunedName, RelayNoneName, RelayKeyName, RelayWALName, CeilingStoreName, CeilingWALName, CeilingBrokerName}
 	for _, w := range ScalingWorkers {
 		names = append(names, ScalingName(w))
 	}
-	return append(names, SteadyName)
+	names = append(names, WALScenarioNames()[2:]...) // the writers
+	return append(names, SteadyName, SteadyWALName)
 }
 
 // Select returns the PostgreSQL scenario names matched by patterns (names

@@ -53,7 +53,9 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		return RunResult{}, err
 	}
 
+	cpu := newCPUMeter(ctx, env)
 	tctx, untimed := timed(ctx)
+	cpu.begin()
 	start := time.Now()
 	if err := relay.Start(tctx); err != nil {
 		untimed()
@@ -72,6 +74,7 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		return left == 0, st.Published - left, err
 	})
 	elapsed := time.Since(start)
+	cpuUsed := cpu.end()
 	untimed()
 	stopErr := relay.Stop()
 	if err != nil {
@@ -83,6 +86,7 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	r := newRun(n, elapsed)
 	r.Failed = relay.Stats().Failed
 	r.Relay = clock.times()
+	r.setCPU(cpuUsed)
 	if r.Left, err = env.leftOurs(ctx); err != nil {
 		return r, err
 	}

@@ -40,6 +40,14 @@ const (
 	TargetOverCeiling   = 0.8
 	TargetOverNone      = 0.9
 	TargetP99Ms         = 25.0
+	// TargetWALOverKey is relay/wal's drain rate over relay/key's, and
+	// TargetWALWriter the WAL writers' rate over the table writers'.
+	TargetWALOverKey = 1.5
+	TargetWALWriter  = 2.0
+	// TargetWALP99Ms is steady/wal's commit→ack p99, and TargetWALCPU its
+	// CPU per message over steady's (both: every process).
+	TargetWALP99Ms = 10.0
+	TargetWALCPU   = 0.6
 )
 
 func targets(r *Report) []Target {
@@ -66,6 +74,19 @@ func targets(r *Report) []Target {
 		ratio("relay/key ≥ 0.8 × combined ceiling", TargetOverCeiling, RelayKeyName, CeilingName),
 		ratio("relay/key ≥ 0.9 × relay/none", TargetOverNone, RelayKeyName, RelayNoneName),
 	}
+	overKey := ratio("relay/wal ≥ 1.5 × relay/key", TargetWALOverKey, RelayWALName, RelayKeyName)
+	if key, ceil := rate(RelayKeyName), combine(rate(CeilingWALName), rate(CeilingBrokerName)); overKey.Measured && !overKey.Met && ceil > 0 && TargetWALOverKey*key > ceil {
+		overKey.Limit = fmt.Sprintf("out of reach here: 1.5 × relay/key is %s msgs/s, above the WAL capture's combined ceiling of %s (1 / (1/ceiling/wal + 1/ceiling/broker))", thousands(TargetWALOverKey*key), thousands(ceil))
+	}
+	for _, t := range []Target{
+		overKey,
+		ratio("writer/wal-tx1 ≥ 2 × writer/table-tx1", TargetWALWriter, WriterWALTx1Name, WriterTableTx1Name),
+		ratio("writer/wal-tx10 ≥ 2 × writer/table-tx10", TargetWALWriter, WriterWALTx10Name, WriterTableTx10Name),
+	} {
+		if r.Result(t.Name[:strings.IndexByte(t.Name, ' ')]) != nil {
+			ts = append(ts, t)
+		}
+	}
 	p99 := Target{Name: "commit→ack p99 ≤ 25 ms at 50% load", Want: TargetP99Ms, Unit: "ms"}
 	if s := r.Result(SteadyName); s != nil && s.Err == "" && s.Latency != nil {
 		if r.Options.SteadyRate != 0 {
@@ -77,7 +98,26 @@ func targets(r *Report) []Target {
 			p99.Limit = fmt.Sprintf("out of reach here: the machine's %d CPUs were %.0f%% busy at that rate", l.CPUs, l.CPUBusy)
 		}
 	}
-	return append(ts, p99)
+	ts = append(ts, p99)
+	if s := r.Result(SteadyWALName); s != nil && s.Err == "" && s.Latency != nil {
+		l := s.Latency
+		t := Target{Name: fmt.Sprintf("steady/wal commit→ack p99 ≤ 10 ms at %s msgs/s", thousands(l.Rate)), Want: TargetWALP99Ms, Unit: "ms", Got: l.P99, Measured: true}
+		t.Met = t.Got <= TargetWALP99Ms
+		if !t.Met && l.CPUBusy >= cpuSaturated {
+			t.Limit = fmt.Sprintf("out of reach here: the machine's %d CPUs were %.0f%% busy at that rate", l.CPUs, l.CPUBusy)
+		}
+		ts = append(ts, t)
+		if k := r.Result(SteadyName); k != nil && k.Err == "" && k.Latency != nil && k.Latency.ServerCPUMicros >= 0 && l.ServerCPUMicros >= 0 {
+			wal, table := l.ClientCPUMicros+l.ServerCPUMicros, k.Latency.ClientCPUMicros+k.Latency.ServerCPUMicros
+			c := Target{Name: "steady/wal CPU per message ≤ 0.6 × steady's", Want: TargetWALCPU, Unit: "×", Measured: table > 0}
+			if c.Measured {
+				c.Got = wal / table
+				c.Met = c.Got <= TargetWALCPU
+			}
+			ts = append(ts, c)
+		}
+	}
+	return ts
 }
 
 // WriteTable prints the report as aligned tables: the drain scenarios with
@@ -96,7 +136,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	var failures []string
 	rows := 0
 	for _, res := range r.Results {
-		if strings.HasPrefix(res.Scenario, "scaling/") || res.Scenario == SteadyName {
+		if strings.HasPrefix(res.Scenario, "scaling/") || strings.HasPrefix(res.Scenario, "writer/") || res.Scenario == SteadyName || res.Scenario == SteadyWALName {
 			continue
 		}
 		rows++
@@ -129,6 +169,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s := r.relayInternals(); s != "" {
 		b.WriteString(s)
 	}
+	if s, fails := r.captureTable(); s != "" {
+		b.WriteString(s)
+		failures = append(failures, fails...)
+	}
 	b.WriteString(r.dynamoTables())
 
 	var scaling []*Result
@@ -156,7 +200,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 
-	if s := r.Result(SteadyName); s != nil {
+	for _, name := range []string{SteadyName, SteadyWALName} {
+		s := r.Result(name)
+		if s == nil {
+			continue
+		}
 		if s.Err != "" {
 			failures = append(failures, s.Scenario+": "+s.Err)
 		} else if l := s.Latency; l != nil {
@@ -164,13 +212,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if l.WarmupSeconds > 0 {
 				warm = fmt.Sprintf(" after a %gs warm-up (%s messages, not measured)", l.WarmupSeconds, thousands(float64(l.WarmupMessages)))
 			}
-			fmt.Fprintf(&b, "\nsteady state: relay/key, %d workers, batch %d, producing %s msgs/s for %.0fs%s, in transactions of %d message(s)\n",
-				s.Workers, s.Batch, thousands(l.Rate), l.Seconds, warm, l.PerTx)
+			relay := RelayKeyName
+			if name == SteadyWALName {
+				relay = RelayWALName + " (producers emitting into the WAL)"
+			}
+			fmt.Fprintf(&b, "\n%s: %s, %d workers, batch %d, producing %s msgs/s for %.0fs%s, in transactions of %d message(s)\n",
+				name, relay, s.Workers, s.Batch, thousands(l.Rate), l.Seconds, warm, l.PerTx)
 			b.WriteString("commit→ack: from the producer's Commit returning to the relay's Publish call returning with the broker's ack\n")
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TARGET MSGS/S\tACHIEVED\tMESSAGES\tP50 MS\tP95 MS\tP99 MS\tMAX MS")
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\n", thousands(l.Rate), thousands(l.Achieved), thousands(float64(l.Messages)),
-				l.P50, l.P95, l.P99, l.Max)
+			fmt.Fprintln(tw, "TARGET MSGS/S\tACHIEVED\tMESSAGES\tP50 MS\tP95 MS\tP99 MS\tMAX MS\tCPU µs/MSG BENCH\tPOSTGRES")
+			server := "-"
+			if l.ServerCPUMicros >= 0 {
+				server = fmt.Sprintf("%.1f", l.ServerCPUMicros)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n", thousands(l.Rate), thousands(l.Achieved), thousands(float64(l.Messages)),
+				l.P50, l.P95, l.P99, l.Max, l.ClientCPUMicros, server)
 			if err := tw.Flush(); err != nil {
 				return err
 			}
@@ -281,6 +337,57 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(struct {
 		Targets []Target `json:"targets"`
 	}{r.Targets})
+}
+
+// captureTable compares the capture modes: the drains of relay/key (the
+// table) and relay/wal (the WAL), and the writers of each, with the CPU
+// time per message of the bench's process and of PostgreSQL (median runs).
+func (r *Report) captureTable() (string, []string) {
+	var rows []*Result
+	for _, n := range append([]string{RelayKeyName, CeilingStoreName}, WALScenarioNames()...) {
+		if res := r.Result(n); res != nil {
+			rows = append(rows, res)
+		}
+	}
+	if !slices.ContainsFunc(rows, func(r *Result) bool { return slices.Contains(WALScenarioNames(), r.Scenario) }) {
+		return "", nil
+	}
+	var b strings.Builder
+	var failures []string
+	fmt.Fprintf(&b, "\ncapture modes: the relay draining the table (relay/key) or the WAL (relay/wal); writers alone (%d producers, transactions of 1 or 10 messages, no relay)\n", SteadyProducers)
+	b.WriteString("CPU µs/msg over the timed span: the bench's process (producers or relay, and an embedded broker) and PostgreSQL's processes\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tMESSAGES\tMSGS/S (MEDIAN)\tMIN–MAX\tTX/S\tCPU µs/MSG BENCH\tPOSTGRES\tTOTAL")
+	cpuText := func(x float64) string {
+		if x < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", x)
+	}
+	for _, res := range rows {
+		if res.Err != "" {
+			fmt.Fprintf(tw, "%s\t%s\tFAILED\n", res.Scenario, thousands(float64(res.Messages)))
+			if strings.HasPrefix(res.Scenario, "writer/") {
+				failures = append(failures, res.Scenario+": "+res.Err)
+			}
+			continue
+		}
+		run := res.medianRun()
+		if run == nil {
+			continue
+		}
+		tx, total := "-", "-"
+		if run.TxPerSec > 0 {
+			tx = thousands(run.TxPerSec)
+		}
+		if run.ServerCPUMicros >= 0 {
+			total = fmt.Sprintf("%.1f", run.ClientCPUMicros+run.ServerCPUMicros)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s–%s\t%s\t%s\t%s\t%s\n", res.Scenario, thousands(float64(res.Messages)), thousands(res.MsgsPerSec),
+			thousands(res.Min), thousands(res.Max), tx, cpuText(run.ClientCPUMicros), cpuText(run.ServerCPUMicros), total)
+	}
+	_ = tw.Flush()
+	return b.String(), failures
 }
 
 // relayInternals describes where our relay spent its time in the median

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox/internal/servers"
+	"github.com/outboxrelay/outbox/store/postgres"
 )
 
 // Result is the outcome of one scenario over its runs.
@@ -93,6 +95,18 @@ func scenarioTable(o Options) map[string]scenario {
 		RelayKeyName:      {fn: RelayKey, workers: o.Workers, batch: o.Batch, messages: o.Messages},
 		CeilingStoreName:  {fn: CeilingStore, workers: o.Workers, batch: o.Batch, messages: o.Messages},
 		CeilingBrokerName: {fn: CeilingBroker, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		RelayWALName:      {fn: RelayWAL, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		CeilingWALName:    {fn: CeilingWAL, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+	}
+	for _, w := range []struct {
+		name    string
+		capture postgres.Capture
+		perTx   int
+	}{
+		{WriterTableTx1Name, postgres.CaptureTable, 1}, {WriterWALTx1Name, postgres.CaptureWAL, 1},
+		{WriterTableTx10Name, postgres.CaptureTable, 10}, {WriterWALTx10Name, postgres.CaptureWAL, 10},
+	} {
+		m[w.name] = scenario{fn: Writer(w.capture, w.perTx), workers: SteadyProducers, batch: w.perTx, messages: min(o.Messages, WriterMessagesMax)}
 	}
 	for i, w := range ScalingWorkers {
 		m[ScalingName(w)] = scenario{fn: Scaling(w, o.ScaleMessages), workers: w, batch: o.Batch, messages: o.ScaleMessages,
@@ -209,9 +223,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	if slices.Contains(names, SteadyName) {
-		env.Log = baseLog.With("scenario", SteadyName)
-		res, err := runSteady(ctx, env, o, k, rep)
+	for _, name := range []string{SteadyName, SteadyWALName} {
+		if !slices.Contains(names, name) {
+			continue
+		}
+		env.Log = baseLog.With("scenario", name)
+		res, err := runSteady(ctx, env, o, k, rep, name)
 		if res != nil {
 			rep.Results = append(rep.Results, res)
 		}
@@ -220,7 +237,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				rep.finish(began)
 				return rep, context.Cause(ctx)
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", SteadyName, err))
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
 	rep.finish(began)
@@ -253,7 +270,7 @@ func (r *Report) finish(began time.Time) {
 	}
 	if t := r.Result(SeedTunedName); t != nil && t.MsgsPerSec > 0 {
 		for _, res := range r.Results {
-			if res.MsgsPerSec > 0 && res.Latency == nil {
+			if res.MsgsPerSec > 0 && res.Latency == nil && !strings.HasPrefix(res.Scenario, "writer/") {
 				res.RatioToSeedTuned = res.MsgsPerSec / t.MsgsPerSec
 			}
 		}

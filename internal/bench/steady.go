@@ -39,11 +39,17 @@ type Latency struct {
 	// -1 where the system does not tell (it is read from /proc/stat).
 	CPUBusy float64 `json:"cpu_busy_pct"`
 	// CPUs is the number of CPUs CPUBusy is a share of.
-	CPUs int     `json:"cpus"`
-	P50  float64 `json:"p50_ms"`
-	P95  float64 `json:"p95_ms"`
-	P99  float64 `json:"p99_ms"`
-	Max  float64 `json:"max_ms"`
+	CPUs int `json:"cpus"`
+	// ClientCPUMicros and ServerCPUMicros are the CPU time per message
+	// over the measured time: the bench's process (producers, relay, an
+	// embedded broker) and PostgreSQL's processes (-1: not on this
+	// machine).
+	ClientCPUMicros float64 `json:"client_cpu_us_per_msg"`
+	ServerCPUMicros float64 `json:"server_cpu_us_per_msg"`
+	P50             float64 `json:"p50_ms"`
+	P95             float64 `json:"p95_ms"`
+	P99             float64 `json:"p99_ms"`
+	Max             float64 `json:"max_ms"`
 }
 
 // readyTimeout bounds the wait for a relay to become ready.
@@ -60,6 +66,17 @@ const readyTimeout = 30 * time.Second
 // messages are acknowledged and the outbox is empty. It also reads how
 // busy the machine's CPUs were after the warm-up, while producing.
 func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
+	return steady(ctx, env, k, rate, warmup, d, false)
+}
+
+// SteadyWAL is Steady with the WAL capture: the producers emit into the
+// WAL and relay/wal reads the bench's slot (created for the run, dropped
+// after it).
+func SteadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
+	return steady(ctx, env, k, rate, warmup, d, true)
+}
+
+func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, wal bool) (*Latency, RunResult, error) {
 	if rate <= 0 {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
 	}
@@ -69,8 +86,32 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	interval := time.Duration(float64(time.Second) / txRate)
 	n := txs * perTx
 
-	if err := env.prepareOurs(ctx, k, 0); err != nil {
-		return nil, RunResult{}, err
+	var (
+		store  outbox.Store
+		left   func() (int64, error)
+		writer = env.writer
+	)
+	if wal {
+		k0 := k
+		k0.Messages = 0
+		ws, cleanup, err := env.prepareWAL(ctx, k0)
+		if err != nil {
+			return nil, RunResult{}, err
+		}
+		defer cleanup()
+		store, writer = ws, ws.Writer()
+		left = func() (int64, error) { return int64(ws.Stats().Buffered), nil }
+	} else {
+		if err := env.prepareOurs(ctx, k, 0); err != nil {
+			return nil, RunResult{}, err
+		}
+		ts, err := env.openStore()
+		if err != nil {
+			return nil, RunResult{}, err
+		}
+		defer ts.Close()
+		store = ts
+		left = func() (int64, error) { return env.leftOurs(ctx) }
 	}
 	env.meter.start("starting", n)
 	if err := env.Broker.Reset(ctx); err != nil {
@@ -83,11 +124,6 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	defer inner.Close()
 	lat := newLatencies(n)
 	pub := &ackRecorder{Publisher: inner, lat: lat}
-	store, err := env.openStore()
-	if err != nil {
-		return nil, RunResult{}, err
-	}
-	defer store.Close()
 	var clock relayClock
 	relay, err := outbox.NewRelay(store, pub, outbox.Config{
 		Ordering:  outbox.OrderingKey,
@@ -104,7 +140,7 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	}
 	defer relay.Stop() //nolint:errcheck // stopped (and checked) below; a no-op then
 	ready, cancel := context.WithTimeout(ctx, readyTimeout)
-	err = pollUntil(ready, "steady: wait for the relay", func() (bool, int64, error) { return relay.Ready(), 0, nil })
+	err = pollUntil(ready, "steady: wait for the relay", func() (bool, int64, error) { return relay.Ready() && relay.Stats().Leases > 0, 0, nil })
 	cancel()
 	if err != nil {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: the relay was not ready within %v: %w", readyTimeout, err)
@@ -115,7 +151,8 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	start := time.Now()
 	lat.setFrom(start.Add(warmup))
 	cpu := &cpuWindow{}
-	measuring := time.AfterFunc(warmup, cpu.begin)
+	use := newCPUMeter(ctx, env)
+	measuring := time.AfterFunc(warmup, func() { cpu.begin(); use.begin() })
 	defer measuring.Stop()
 	g, gctx := errgroup.WithContext(ctx)
 	for range SteadyProducers {
@@ -141,7 +178,7 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 					msgs[i].ID = outbox.NewID()
 					ids[i] = msgs[i].ID
 				}
-				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return env.writer.Write(gctx, tx, msgs...) })
+				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return writer.Write(gctx, tx, msgs...) })
 				if err != nil {
 					return fmt.Errorf("bench: steady: write: %w", err)
 				}
@@ -155,6 +192,7 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	produced := time.Since(start)
 	measuring.Stop()
 	busy := cpu.end()
+	used := use.end()
 	env.meter.setPhase("draining")
 	err = pollUntil(ctx, "steady: wait for the acknowledgements", func() (bool, int64, error) {
 		acked := lat.count()
@@ -162,7 +200,7 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 		if acked < int64(n) {
 			return false, acked, nil
 		}
-		left, err := env.leftOurs(ctx)
+		left, err := left()
 		return left == 0, acked - left, err
 	})
 	if err != nil {
@@ -174,7 +212,7 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	r := newRun(n, produced)
 	r.Failed = relay.Stats().Failed
 	r.Relay = clock.times()
-	if r.Left, err = env.leftOurs(ctx); err != nil {
+	if r.Left, err = left(); err != nil {
 		return nil, r, err
 	}
 	if r, err = env.finish(ctx, r); err != nil {
@@ -188,12 +226,20 @@ func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	l.Seconds = produced.Seconds() - l.WarmupSeconds
 	l.CPUBusy = busy
 	l.CPUs = runtime.NumCPU()
+	if measured := max(1, n*int(d)/int(warmup+d)); warmup+d > 0 {
+		// The messages produced in the measured time, by the schedule.
+		l.ClientCPUMicros = float64(used.Client.Microseconds()) / float64(measured)
+		l.ServerCPUMicros = -1
+		if used.Server >= 0 {
+			l.ServerCPUMicros = float64(used.Server.Microseconds()) / float64(measured)
+		}
+	}
 	return l, r, nil
 }
 
 // runSteady runs the steady scenario for Run, at o.SteadyRate or half the
 // relay/key median (measuring relay/key once if it did not run).
-func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report) (*Result, error) {
+func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
 	rate := o.SteadyRate
 	if rate == 0 {
 		ref := 0.0
@@ -210,14 +256,18 @@ func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report) (
 		}
 		rate = max(1, int(SteadyLoadDefault*ref))
 	}
-	env.meter.scenario(SteadyName, 1, 1)
-	res := &Result{Scenario: SteadyName, Store: rep.Store, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
+	env.meter.scenario(name, 1, 1)
+	res := &Result{Scenario: name, Store: rep.Store, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
+	run := Steady
+	if name == SteadyWALName {
+		run = SteadyWAL
+	}
 	var (
 		l   *Latency
 		r   RunResult
 		err error
 	)
-	pprof.Do(ctx, pprof.Labels("scenario", SteadyName), func(ctx context.Context) { l, r, err = Steady(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
+	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) { l, r, err = run(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
 	if err != nil {
 		res.Err = err.Error()
 		return res, err

@@ -32,10 +32,16 @@ func newBenchCommand(a *app) *cobra.Command {
   seed-tuned      the article's final processor (covering index, SKIP LOCKED, 5 workers, batch publish, UPDATE … FROM VALUES)
   relay/none      our relay, ordering none (SKIP LOCKED claims)
   relay/key       our relay, ordering key (partition leases, per-key order)
+  relay/wal       our relay reading the WAL (capture wal: a logical replication slot)
   ceiling/store   the backlog drained by plain SELECT + DELETE, no broker
+  ceiling/wal     the backlog captured from the WAL (a logical slot) and settled, no broker
   ceiling/broker  the same messages published with confirmations, no store
   scaling/w1…w8   relay/key with 1, 2, 4, 8 workers on 10,000 messages, next to the ADR's figures
+  writer/table-tx1, writer/wal-tx1, writer/table-tx10, writer/wal-tx10
+                  8 producers alone writing transactions of 1 or 10 messages
+                  into the table or into the WAL (50,000 messages at most)
   steady          producers at a fixed rate while relay/key runs: commit→ack latency
+  steady/wal      the same with the WAL capture: producers emit into the WAL, relay/wal runs
 Drain scenarios run --runs times each, alternating (round-robin). The table
 shows the median, min–max, the ratio to seed-tuned and the sources' published
 figures, then the issue's targets with ✓/✗.
