@@ -317,6 +317,9 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 		full := s.buf.full(s.w.BufferMessages, s.w.BufferBytes)
 		s.mu.Unlock()
 		if full {
+			s.mu.Lock()
+			s.wakeLocked() // a transaction larger than the buffer: publish what is held
+			s.mu.Unlock()
 			t := time.NewTimer(time.Until(nextStatus))
 			select {
 			case <-s.room:
@@ -446,6 +449,7 @@ func (s *WALStore) handleXLog(x pglogrepl.XLogData) error {
 		}
 	case *pglogrepl.CommitMessage:
 		s.mu.Lock()
+		s.wakeLocked()
 		s.buf.commit(m.TransactionEndLSN)
 		s.received(m.TransactionEndLSN)
 		s.mu.Unlock()
