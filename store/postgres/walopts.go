@@ -14,11 +14,11 @@ import (
 const (
 	// WALBufferMessagesDefault is how many captured messages a relay holds
 	// in memory, waiting to be published, before it stops reading the WAL.
-	WALBufferMessagesDefault = 100_000
+	WALBufferMessagesDefault = 10_000
 	WALBufferMessagesMax     = 10_000_000
 	// WALBufferBytesDefault bounds the payload bytes held the same way
 	// (a single larger message is still taken, alone).
-	WALBufferBytesDefault = 128 << 20
+	WALBufferBytesDefault = 32 << 20
 	// WALStatusIntervalDefault is how often the relay tells PostgreSQL the
 	// position up to which everything is published (the slot's
 	// confirmed_flush_lsn): what a crash may publish again is at most this

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -257,7 +258,20 @@ func (s *WALStore) stream(ctx context.Context) error {
 func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 	lastRecv := time.Now()
 	var nextStatus time.Time // zero: now
+	var deadline time.Time   // the connection's read deadline
 	var sent pglogrepl.LSN
+	// A stop interrupts a read in progress (unless the final handshake
+	// has begun, which sets its own deadline).
+	var finishMu sync.Mutex
+	finishing := false
+	stopRead := context.AfterFunc(ctx, func() {
+		finishMu.Lock()
+		defer finishMu.Unlock()
+		if !finishing {
+			_ = conn.Conn().SetReadDeadline(time.Now())
+		}
+	})
+	defer stopRead()
 	status := func(reply bool) error {
 		s.mu.Lock()
 		pos := s.buf.confirmed
@@ -281,7 +295,10 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 			if err := status(false); err != nil {
 				return err
 			}
+			finishMu.Lock()
+			finishing = true
 			_ = conn.Conn().SetDeadline(time.Now().Add(s.w.Timeout))
+			finishMu.Unlock()
 			if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), conn); err != nil {
 				return fmt.Errorf("postgres: end the replication stream after confirming %s: %w", sent, err)
 			}
@@ -300,6 +317,9 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 		full := s.buf.full(s.w.BufferMessages, s.w.BufferBytes)
 		s.mu.Unlock()
 		if full {
+			s.mu.Lock()
+			s.wakeLocked() // a transaction larger than the buffer: publish what is held
+			s.mu.Unlock()
 			t := time.NewTimer(time.Until(nextStatus))
 			select {
 			case <-s.room:
@@ -313,11 +333,20 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 		if time.Since(lastRecv) > s.w.Timeout {
 			return fmt.Errorf("postgres: no message from the server for %v (Options.WAL.Timeout): the connection is considered lost", s.w.Timeout)
 		}
-		rctx, cancel := context.WithDeadline(ctx, minTime(nextStatus, lastRecv.Add(s.w.Timeout)))
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
+		// The read ends by the next status update at the latest: a
+		// deadline on the connection, set when it changes (a context per
+		// read costs more than decoding the message).
+		if !deadline.Equal(nextStatus) {
+			deadline = nextStatus
+			_ = conn.Conn().SetReadDeadline(deadline)
+			if ctx.Err() != nil {
+				continue // the stop's deadline was overwritten: stop now
+			}
+		}
+		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil || pgconn.Timeout(err) {
+				deadline = time.Time{} // set it again, the stop's may be on
 				continue
 			}
 			return fmt.Errorf("postgres: read the replication stream: %w", err)
@@ -340,13 +369,6 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 			return errors.New("postgres: the server ended the replication stream")
 		}
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // handle applies one CopyData message of the stream and reports whether
@@ -427,6 +449,7 @@ func (s *WALStore) handleXLog(x pglogrepl.XLogData) error {
 		}
 	case *pglogrepl.CommitMessage:
 		s.mu.Lock()
+		s.wakeLocked()
 		s.buf.commit(m.TransactionEndLSN)
 		s.received(m.TransactionEndLSN)
 		s.mu.Unlock()

@@ -97,6 +97,7 @@ type WALStore struct {
 	everLive bool // a node heartbeated since the reader started
 	run      *walRun
 	subs     []*walSub
+	unwoken  int // messages captured since the subscribers were woken
 	room     chan struct{} // signalled when the full buffer has room again
 	recv     pglogrepl.LSN // everything committed before it was received
 	recvCond *sync.Cond    // broadcast when recv advances or the reader stops
@@ -632,9 +633,30 @@ func (s *WALStore) SubscribePartitions(ctx context.Context, fn func(partitions [
 }
 
 // notifyLocked records that partition p got a message, for subscribers.
+// The subscribers are woken by wakeLocked, once per transaction (or per
+// notifyBatch messages of a large one): a worker then fetches the
+// transaction's messages of its partitions together.
 func (s *WALStore) notifyLocked(p int) {
 	for _, sub := range s.subs {
 		sub.dirty[p] = true
+	}
+	s.unwoken++
+	if s.unwoken >= notifyBatch {
+		s.wakeLocked()
+	}
+}
+
+// notifyBatch is how many messages of one transaction are captured before
+// the subscribers are woken without waiting for its commit.
+const notifyBatch = 256
+
+// wakeLocked wakes the subscribers with partitions to report.
+func (s *WALStore) wakeLocked() {
+	if s.unwoken == 0 {
+		return
+	}
+	s.unwoken = 0
+	for _, sub := range s.subs {
 		select {
 		case sub.ch <- struct{}{}:
 		default:
