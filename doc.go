@@ -47,7 +47,10 @@
 // the next fetch through a mark ([MarkedFetcher]: PostgreSQL uses the
 // previous fetch's snapshot), ahead of any later record of their key; a
 // periodic sweep below the cursors is the safety net for stores without
-// marks. Messages without a key have no order.
+// marks. PostgreSQL's WAL capture (store/postgres, CaptureWAL) reads the
+// messages from a logical replication slot in commit order, so its Seq is
+// commit order for every key, serialised or not. Messages without a key
+// have no order.
 //
 // [OrderingNone] is the seeds' design: any worker claims any due records
 // with FOR UPDATE SKIP LOCKED and holds the transaction across the broker

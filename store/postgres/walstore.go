@@ -97,7 +97,7 @@ type WALStore struct {
 	everLive bool // a node heartbeated since the reader started
 	run      *walRun
 	subs     []*walSub
-	unwoken  int // messages captured since the subscribers were woken
+	unwoken  int           // messages captured since the subscribers were woken
 	room     chan struct{} // signalled when the full buffer has room again
 	recv     pglogrepl.LSN // everything committed before it was received
 	recvCond *sync.Cond    // broadcast when recv advances or the reader stops
