@@ -74,6 +74,10 @@
 //     than FetchDelay; an item later than that (or below a cursor through
 //     clock skew) is found by the periodic sweep ([Config.SweepInterval])
 //     and published after the later messages of its key already out.
+//   - PostgreSQL with the WAL capture (store/postgres, CaptureWAL): the
+//     relay reads the messages from a logical replication slot, which
+//     delivers transactions in commit order, so Seq is commit order for
+//     every key, serialised or not, with no lock.
 //
 // A PostgreSQL row can commit after rows with a higher Seq were fetched.
 // The relay's fetch returns such rows through a mark ([MarkedFetcher]: the

@@ -58,6 +58,55 @@
 // same statement, so a takeover waits for an in-flight settle and a former
 // owner's late settle changes nothing (it gets *outbox.FencedError).
 //
+// # Capture modes
+//
+// Options.Capture chooses how messages travel from writers to the relay.
+// With CaptureTable (the default, everything above) they are rows of
+// <prefix>_messages. With CaptureWAL, [Writer.Write] emits each message
+// into the WAL inside the application's transaction, as a transactional
+// logical decoding message (pg_logical_emit_message with the prefix
+// "outbox:<schema>.<prefix>", in one statement for any number of
+// messages, encoded in a compact versioned binary form): no row is
+// written, nothing is deleted or vacuumed. A [WALStore] streams them from a
+// logical replication slot (pgoutput, protocol 1, a publication without
+// tables, messages on): PostgreSQL sends each transaction whole, once it
+// committed, in commit order, so Seq is commit order for every key,
+// whether or not its writers are serialised. It needs PostgreSQL 14 or
+// later, wal_level = logical, the REPLICATION attribute for the relay's
+// user (not the writers'), and a free slot and WAL sender; [WALStore.Check]
+// and Migrate say what to change. Migrate creates the publication and the
+// slot; a slot sees only the transactions that commit after it exists.
+//
+// The position confirmed to PostgreSQL covers only transactions whose
+// every message the broker acknowledged or the dead-letter table holds
+// (dead letters are written first); a keepalive's position is taken only
+// when nothing is pending, so an idle outbox in a busy database still
+// advances its slot, and a graceful stop confirms everything settled.
+//
+// One process streams from the slot (PostgreSQL refuses a second); it
+// holds every partition lease, and the relays of other processes stand by,
+// trying to take the slot every WALOptions.RetryInterval. After the holder
+// is killed, its connection closes at once and a standby streams within
+// about RetryInterval (and publishes from its next lease round: keep
+// Config.HeartbeatInterval short, the rounds cost nothing); after a network
+// partition, within about WALOptions.Timeout + RetryInterval, the time
+// PostgreSQL (wal_sender_timeout, set to Timeout on the connection) takes
+// to drop the silent holder. A former holder cut off from the database can
+// cause duplicates, never a reorder: the new holder starts from the
+// confirmed position, which covers only messages acknowledged by the
+// broker, and so publishes again every message the former holder may still
+// publish; and each holder publishes a message of a key only after every
+// earlier message of that key was acknowledged by the broker, so the first
+// copy of each message reaches the broker after the first copy of every
+// earlier message of its key, whichever holder sent them.
+//
+// A slot keeps the WAL its relay has not confirmed. A relay down for
+// hours makes the server keep hours of WAL (Slot.LagBytes in the status);
+// max_slot_wal_keep_size bounds that, and a slot over it is invalidated
+// (wal_status = lost): the messages not confirmed are lost, which
+// Check, the relay's lease rounds, the status and the metrics say loudly
+// ([ErrSlotLost]), never a silent restart.
+//
 // # Retention
 //
 // By default acknowledged messages are deleted at once. With

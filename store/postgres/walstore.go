@@ -27,6 +27,7 @@ var (
 	_ outbox.StatusReader      = (*WALStore)(nil)
 	_ outbox.DeadLetterStore   = (*WALStore)(nil)
 	_ outbox.SlotReader        = (*WALStore)(nil)
+	_ outbox.AdminStore        = (*WALStore)(nil)
 )
 
 // ErrSlotLost is wrapped by the errors of a WALStore whose replication slot
@@ -97,7 +98,7 @@ type WALStore struct {
 	everLive bool // a node heartbeated since the reader started
 	run      *walRun
 	subs     []*walSub
-	unwoken  int // messages captured since the subscribers were woken
+	unwoken  int           // messages captured since the subscribers were woken
 	room     chan struct{} // signalled when the full buffer has room again
 	recv     pglogrepl.LSN // everything committed before it was received
 	recvCond *sync.Cond    // broadcast when recv advances or the reader stops
@@ -867,4 +868,61 @@ func (s *WALStore) Stats() WALStats {
 		st.Duplicates = s.buf.dups
 	}
 	return st
+}
+
+// CountDeadLetters counts dead letters like [Store.CountDeadLetters].
+func (s *WALStore) CountDeadLetters(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {
+	return s.tab.CountDeadLetters(ctx, f)
+}
+
+// FindMessages finds messages by ID or key among the dead letters and, in
+// the relay process streaming from the slot, the messages it holds in
+// memory. Outstanding messages still in the WAL cannot be searched: other
+// processes say so in FindResult.Unsearched.
+func (s *WALStore) FindMessages(ctx context.Context, q outbox.FindQuery) (*outbox.FindResult, error) {
+	limit, err := q.Check()
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.tab.FindMessages(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	// The table holds no outstanding message in this mode.
+	res.Messages = slices.DeleteFunc(res.Messages, func(m outbox.FoundMessage) bool { return m.State == outbox.StateOutstanding })
+	if res.Unsearched == nil {
+		res.Unsearched = map[outbox.MessageState]string{}
+	}
+	delete(res.Unsearched, outbox.StateOutstanding)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.active || s.buf == nil {
+		res.Unsearched[outbox.StateOutstanding] = "capture wal: outstanding messages wait in the replication slot; only the relay process streaming from it holds them (in memory), and this one does not"
+		return res, nil
+	}
+	found := func(e *walEntry) {
+		res.Messages = append(res.Messages, outbox.FoundMessage{Record: e.rec, State: outbox.StateOutstanding})
+	}
+	if q.ID != "" {
+		if e := s.buf.byID[q.ID]; e != nil {
+			found(e)
+		}
+	} else {
+		n := 0
+		for _, e := range s.buf.parts[outbox.PartitionOf(q.Key, s.buf.p)].entries {
+			if e.done || e.rec.Key != q.Key {
+				continue
+			}
+			if n == limit {
+				res.Truncated = true
+				break
+			}
+			found(e)
+			n++
+		}
+	}
+	if len(res.Unsearched) == 0 {
+		res.Unsearched = nil
+	}
+	return res, nil
 }
