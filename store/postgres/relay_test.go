@@ -475,6 +475,30 @@ func TestLongNames(t *testing.T) {
 			t.Errorf("index %s missing (truncated?): have %v", want, idx)
 		}
 	}
+	// Every relation the migrations created keeps its full name, and the
+	// longest, <prefix>_dead_letters_failed_idx, is exactly 63 bytes: the
+	// bound is tight, a prefix one byte longer would be truncated.
+	rows, err = b.store.Pool().Query(b.ctx, `SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'i', 'S')`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rels, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := ""
+	for _, r := range rels {
+		if !strings.HasPrefix(r, prefix+"_") {
+			t.Errorf("relation %q does not start with the prefix %q", r, prefix)
+		}
+		if len(r) > len(longest) {
+			longest = r
+		}
+	}
+	if longest != prefix+"_dead_letters_failed_idx" || len(longest) != 63 {
+		t.Errorf("longest relation name %q (%d bytes), want %s_dead_letters_failed_idx (63 bytes), among %v", longest, len(longest), prefix, rels)
+	}
 }
 
 // TestSubscribeConnectionLost kills the listening backend: the channel must
