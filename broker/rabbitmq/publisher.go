@@ -306,22 +306,7 @@ func (p *Publisher) build(ctx context.Context, s *session, c *channel, msgs []*o
 // of the batch (ctx ended, publishers blocked, the channel lost) and sets
 // their errors.
 func (k *call) send() {
-	// A write blocked on a socket the broker no longer reads must not hold
-	// the call past its context: kill the connection then.
-	sending := make(chan struct{})
-	stopWatchdog := context.AfterFunc(k.ctx, func() {
-		timer := time.NewTimer(stuckWriteGrace)
-		defer timer.Stop()
-		select {
-		case <-sending:
-		case <-timer.C:
-			k.p.opts.Logger.Warn("rabbitmq: a write to the broker is stuck; closing the connection", "url", k.p.redacted)
-			k.s.kill()
-		}
-	})
-	defer stopWatchdog()
-	defer close(sending)
-
+	defer k.watchdog()()
 	p := k.p
 	for k.sent < len(k.batch) {
 		in := k.batch[k.sent]
@@ -351,6 +336,28 @@ func (k *call) send() {
 		}
 		in.dc = dc
 		k.sent++
+	}
+}
+
+// watchdog guards the sending: a write blocked on a socket the broker no
+// longer reads must not hold the call past its context, so once ctx has
+// ended and stuckWriteGrace passed, it kills the connection. Call the
+// function it returns when the sending is over.
+func (k *call) watchdog() (stop func()) {
+	sending := make(chan struct{})
+	stopWatchdog := context.AfterFunc(k.ctx, func() {
+		timer := time.NewTimer(stuckWriteGrace)
+		defer timer.Stop()
+		select {
+		case <-sending:
+		case <-timer.C:
+			k.p.opts.Logger.Warn("rabbitmq: a write to the broker is stuck; closing the connection", "url", k.p.redacted)
+			k.s.kill()
+		}
+	})
+	return func() {
+		close(sending)
+		stopWatchdog()
 	}
 }
 

@@ -35,7 +35,7 @@ const (
 
 // CheckIdentifier returns an error saying what is wrong with name as a
 // schema name or table prefix of at most maxLen bytes, or nil. A valid name
-// is 1 to maxLen letters, digits and '_', not starting with a digit: names
+// is 1 to maxLen letters, digits and '_', starting with a letter or '_': names
 // are quoted in SQL anyway, and the rule keeps them portable, readable and
 // free of anything that could smuggle SQL.
 func CheckIdentifier(name string, maxLen int) error {
@@ -43,7 +43,7 @@ func CheckIdentifier(name string, maxLen int) error {
 		return fmt.Errorf("%q is %d bytes; the limit is %d", name, len(name), maxLen)
 	}
 	invalid := func(what string) error {
-		return fmt.Errorf("%q is not a valid name (%s): use 1 to %d letters, digits and '_', not starting with a digit", name, what, maxLen)
+		return fmt.Errorf("%q is not a valid name (%s): use only letters, digits and '_', starting with a letter or '_', 1 to %d bytes", name, what, maxLen)
 	}
 	if name == "" {
 		return invalid("empty")

@@ -19,7 +19,7 @@ func TestCheckIdentifier(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{
-		"":                      `"" is not a valid name (empty): use 1 to 39`,
+		"":                      `"" is not a valid name (empty): use only letters, digits and '_', starting with a letter or '_', 1 to 39 bytes`,
 		"1a":                    `"1a" is not a valid name (starts with a digit)`,
 		"a-b":                   `"a-b" is not a valid name ('-' at byte 1)`,
 		`a"b`:                   `'"' at byte 1`,
