@@ -1,6 +1,9 @@
 package outbox
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Notification routing: store notifications wake the workers owning the
 // partitions written.
@@ -32,6 +35,20 @@ func (r *Relay) notifyPartitions(ps []int) {
 	}
 }
 
+// listenPollFactor stretches PollInterval while the relay is subscribed
+// to notifications: they announce every write within milliseconds, and
+// the poll only finds what none announced (rows inserted by other means
+// than Write). An idle relay then makes about one query a second.
+const listenPollFactor = 4
+
+// pollInterval is how often idle workers poll now.
+func (r *Relay) pollInterval() time.Duration {
+	if r.listening.Load() {
+		return listenPollFactor * r.cfg.PollInterval
+	}
+	return r.cfg.PollInterval
+}
+
 // listen forwards store notifications to the workers, resubscribing after
 // failures (meanwhile the workers poll). A PartitionNotifier's
 // notifications reach only the workers owning the partitions written.
@@ -47,6 +64,7 @@ func (r *Relay) listen(ctx context.Context) {
 			r.notifyAll()
 		}
 		var err error
+		r.listening.Store(true)
 		if byPartition {
 			err = pn.SubscribePartitions(ctx, func(ps []int) {
 				if ps == nil {
@@ -63,6 +81,7 @@ func (r *Relay) listen(ctx context.Context) {
 				}
 			}
 		}
+		r.listening.Store(false)
 		if err != nil && ctx.Err() == nil {
 			r.log.Debug("subscription failed; polling", "err", err)
 		}

@@ -51,6 +51,9 @@ type Relay struct {
 	// p's worker to fetch p. Set by notifications, cleared by the workers.
 	fetchAll []atomic.Bool
 	dirty    []atomic.Bool
+	// listening is set while the relay is subscribed to the store's
+	// notifications: polls are then a safety net, made less often.
+	listening atomic.Bool
 
 	// Leases held, shared between the coordinator and the workers.
 	leaseMu  sync.RWMutex
@@ -280,7 +283,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	if r.cfg.Ordering == OrderingNone {
 		var ws sync.WaitGroup
 		for i := 0; i < r.cfg.Workers; i++ {
-			ws.Go(func() { r.runUnordered(workCtx, killCtx, r.wakes[i]) })
+			ws.Go(func() { r.runUnordered(workCtx, killCtx, i) })
 		}
 		ws.Wait()
 		wg.Wait()

@@ -5,10 +5,14 @@ import (
 	"time"
 )
 
-// runUnordered is one worker of OrderingNone: claim with row locks,
-// publish, settle and commit, again and again.
-func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
+// runUnordered is worker i of OrderingNone: claim with row locks,
+// publish, settle and commit, again and again. When a claim finds nothing,
+// the worker waits for a notification; worker 0 alone also polls, and
+// wakes the others when it finds records, so that an idle relay makes one
+// claim per poll, not one per worker.
+func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	us := r.caps.unordered
+	wake := r.wakes[i]
 	failures, blockedRounds := 0, 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
@@ -27,12 +31,14 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		recs := claim.Records()
 		if len(recs) == 0 {
 			_ = claim.Release(killCtx)
-			select {
-			case <-ctx.Done():
-			case <-wake:
-			case <-time.After(r.cfg.PollInterval):
-			}
+			r.idleUnordered(ctx, i, wake)
 			continue
+		}
+		if i == 0 {
+			// Found by a poll maybe: let the others claim too.
+			for j := 1; j < len(r.wakes); j++ {
+				r.wake(j)
+			}
 		}
 		msgs := make([]*Message, len(recs))
 		ptrs := make([]*Record, len(recs))
@@ -75,5 +81,21 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		} else {
 			blockedRounds = 0
 		}
+	}
+}
+
+// idleUnordered waits for a notification, and for worker 0 also for the
+// next poll.
+func (r *Relay) idleUnordered(ctx context.Context, i int, wake <-chan struct{}) {
+	var poll <-chan time.Time
+	if i == 0 {
+		t := time.NewTimer(r.pollInterval())
+		defer t.Stop()
+		poll = t.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-poll:
 	}
 }

@@ -12,10 +12,6 @@ import (
 // records into when it has several publish slots free.
 const minSplitBatch = 16
 
-// settleGather is how long a worker may hold settlements to write them in
-// one statement with those of the publishes still in flight.
-const settleGather = 5 * time.Millisecond
-
 // markedSweepInterval is the least time between sweeps with a store that
 // implements MarkedFetcher, whose fetches already return late commits.
 var markedSweepInterval = 30 * time.Second
@@ -45,7 +41,7 @@ type worker struct {
 	// the worker publishes on while the store deletes.
 	settleSince time.Time // when the oldest queued settlement came
 	stopping    bool      // shutting down: settle at once
-	settleJobs  chan []Settlement
+	settleJobs  chan settleJob
 	settleDone  chan settleResult
 	settlerBusy bool
 	settlerN    int // settlements in the batch the settler is writing
@@ -124,7 +120,7 @@ func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 		parts:      map[int]*partState{},
 		results:    make(chan publishResult, r.cfg.InFlight),
 		settle:     map[int]*Settlement{},
-		settleJobs: make(chan []Settlement),
+		settleJobs: make(chan settleJob),
 		fetchedCh:  make(chan fetchResult, 1),
 		sweptCh:    make(chan sweepResult, 1),
 		gone:       map[string]time.Time{},
@@ -228,10 +224,12 @@ func (w *worker) startSettle() {
 	if w.settlerBusy || w.settleN == 0 {
 		return
 	}
-	// Gather a batch's worth while publishes are still coming back (fewer,
-	// larger statements), but never hold settlements longer than
-	// settleGather.
-	if w.settleN < w.r.cfg.BatchSize && w.inflight > 0 && time.Since(w.settleSince) < settleGather && !w.stopping {
+	// Gather up to a batch's worth until the next multiple of
+	// SettleInterval (the same instant for every worker, so that the
+	// coalescer merges their writes), unless stopping or handing a
+	// partition back, which waits for its settlements.
+	timed := w.settleN < w.r.cfg.BatchSize && !w.stopping && !w.shedding
+	if timed && time.Now().Before(w.settleAt()) {
 		return
 	}
 	batch := make([]Settlement, 0, len(w.settle))
@@ -245,7 +243,25 @@ func (w *worker) startSettle() {
 	w.settleN = 0
 	w.settleSince = time.Time{}
 	w.settlerBusy = true
-	w.settleJobs <- batch
+	job := settleJob{batch: batch}
+	if timed {
+		job.gather = gatherAligned // every worker's settles are due now
+	}
+	w.settleJobs <- job
+}
+
+// settleJob is a batch of settlements for the settler; gather is passed
+// to the coalescer.
+type settleJob struct {
+	batch  []Settlement
+	gather time.Duration
+}
+
+// settleAt is when the queued settlements are due to be written: the
+// first multiple of SettleInterval after the oldest came.
+func (w *worker) settleAt() time.Time {
+	iv := w.r.cfg.SettleInterval
+	return w.settleSince.Truncate(iv).Add(iv)
 }
 
 // settleBound reports whether the worker's unwritten settlements have
@@ -262,12 +278,13 @@ func (w *worker) settleBound() bool {
 // messages then stay in the outbox and are published again later).
 func (w *worker) settler(killCtx context.Context) {
 	r := w.r
-	for batch := range w.settleJobs {
+	for job := range w.settleJobs {
+		batch := job.batch
 		var fenced []Lease
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 			start := time.Now()
-			out := r.calls.settle.do(ctx, batch)
+			out := r.calls.settle.do(ctx, batch, job.gather)
 			cancel()
 			if err := out.err; err == nil {
 				fenced = out.fenced
@@ -300,10 +317,10 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if !w.fetching && canStart {
 		// The next poll is due then (otherwise a result wakes the worker
 		// first, and refill polls after it).
-		d = max(0, w.lastPoll.Add(cfg.PollInterval).Sub(now))
+		d = max(0, w.lastPoll.Add(w.r.pollInterval()).Sub(now))
 	}
 	if w.settleN > 0 && !w.settlerBusy {
-		d = min(d, max(0, w.settleSince.Add(settleGather).Sub(now)))
+		d = min(d, max(0, w.settleAt().Sub(now)))
 	}
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
@@ -436,8 +453,10 @@ func (w *worker) refill(ctx context.Context) {
 	}
 	cfg := w.r.cfg
 	now := time.Now()
-	poll := now.Sub(w.lastPoll) >= cfg.PollInterval
+	every := w.r.pollInterval()
+	poll := now.Sub(w.lastPoll) >= every
 	all := w.r.fetchAll[w.index].Swap(false)
+	polled, wanted := poll, false
 	var cursors []Cursor
 	for _, p := range w.order {
 		ps := w.parts[p]
@@ -464,13 +483,14 @@ func (w *worker) refill(ctx context.Context) {
 		if ps.caughtUp && !poll {
 			continue
 		}
+		wanted = wanted || !ps.caughtUp
 		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
 	}
 	if poll {
 		// Polled, even if every partition was full or shed. Polls fall on
 		// multiples of PollInterval, the same for every worker, so that an
 		// idle relay's polls are coalesced into one fetch.
-		w.lastPoll = now.Truncate(cfg.PollInterval)
+		w.lastPoll = now.Truncate(every)
 	}
 	if len(cursors) == 0 {
 		return
@@ -478,12 +498,18 @@ func (w *worker) refill(ctx context.Context) {
 	w.fetching = true
 	w.fetchStart = now
 	limit := max(1, cfg.FetchSize/2)
+	// A poll alone (no partition notified or running low) is due at the
+	// same instant in every worker: let them make one fetch.
+	var gather time.Duration
+	if polled && !wanted {
+		gather = gatherAligned
+	}
 	// The fetch runs beside the publishing; fetched applies its result.
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
 		defer cancel()
 		res := fetchResult{cursors: cursors, limit: limit, start: now}
-		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit})
+		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit}, gather)
 		res.recs, res.mark, res.err = out.recs, out.mark, out.err
 		w.fetchedCh <- res
 	}()
