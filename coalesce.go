@@ -24,8 +24,8 @@ type coalescer[Req, Res any] struct {
 	pending []*coalesced[Req, Res]
 	running int
 	max     int
-	// gathering: a leader is waiting for the calls due at the same
-	// instant as its own; calls arriving meanwhile join its round.
+	// gathering: a leader has not yet taken the pending calls; calls
+	// arriving meanwhile join its round instead of leading another.
 	gathering bool
 	// run makes one store call for reqs and returns one result each.
 	run func(ctx context.Context, reqs []Req) []Res
@@ -53,7 +53,7 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, req Req, gather time.Durat
 	if leading {
 		c.running++
 		cl.led = true // a leader already: never to be handed the lead
-		c.gathering = gather > 0
+		c.gathering = true // until it takes the pending calls
 	}
 	c.mu.Unlock()
 	if !leading {
@@ -77,14 +77,14 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, req Req, gather time.Durat
 		case <-ctx.Done():
 			t.Stop()
 		}
-		c.mu.Lock()
-		c.gathering = false
-		c.mu.Unlock()
 	} else {
 		// Let the workers woken with this one add their calls first.
 		runtime.Gosched()
 	}
 	c.mu.Lock()
+	if leading {
+		c.gathering = false
+	}
 	batch := c.pending
 	c.pending = nil
 	c.mu.Unlock()
