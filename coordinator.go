@@ -290,12 +290,24 @@ type roundResult struct {
 // per change) keeps a relay that can never reach its share
 // (64 partitions over 3 relays) from polling forever.
 type eagerRounds struct {
-	live   int
-	budget int
+	live    int
+	budget  int
+	started int // rounds since start, up to startEagerRounds
 }
+
+// startEagerRounds is how many rounds after start come every
+// eagerRoundInterval, whatever the share: relays started together (a
+// deployment) see each other within a fifth of a second, so the first to
+// take every partition hands the others their share at once instead of a
+// heartbeat later.
+const startEagerRounds = 10
 
 // next reports whether the next round should come early.
 func (e *eagerRounds) next(last roundResult) bool {
+	if e.started < startEagerRounds {
+		e.started++
+		return true
+	}
 	if last.live != e.live {
 		e.live = last.live
 		e.budget = 40

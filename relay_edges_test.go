@@ -555,3 +555,22 @@ func TestRelaySweepReadsBigLateCommitInBoundedSteps(t *testing.T) {
 		t.Fatalf("a sweep fetched %d late records at once, want at most FetchSize/2 = %d", most, cfg.FetchSize/2)
 	}
 }
+
+// Relays started together (a deployment) share the partitions at once:
+// the first takes every partition, and hands the second its share in one
+// of its first rounds, not a heartbeat later (an hour here).
+func TestRelaysStartedTogetherShareAtOnce(t *testing.T) {
+	st := memstore.New(16, nil)
+	start := func(node string) *outbox.Relay {
+		cfg := fastConfig()
+		cfg.Node = node
+		cfg.LeaseTTL, cfg.HeartbeatInterval = 3*time.Hour, time.Hour
+		return startRelay(t, st, &broker{}, cfg)
+	}
+	a := start("a")
+	waitFor(t, "a holds every partition", 10*time.Second, func() bool { return a.Stats().Leases == 16 })
+	b := start("b")
+	waitFor(t, "a and b hold 8 partitions each, long before a heartbeat", 20*time.Second, func() bool {
+		return a.Stats().Leases == 8 && b.Stats().Leases == 8
+	})
+}
