@@ -52,7 +52,7 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, req Req, gather time.Durat
 	leading := c.running < c.max && !c.gathering
 	if leading {
 		c.running++
-		cl.led = true // a leader already: never to be handed the lead
+		cl.led = true      // a leader already: never to be handed the lead
 		c.gathering = true // until it takes the pending calls
 	}
 	c.mu.Unlock()

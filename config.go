@@ -164,6 +164,9 @@ type Config struct {
 	// min(BackoffMax, BackoffMin × 2^(attempts-1)).
 	BackoffMin time.Duration
 	BackoffMax time.Duration
+	// RetryPolicy, if set, replaces that schedule: it returns the delay
+	// before a message's next attempt after attempts failed ones.
+	RetryPolicy RetryPolicy
 	// ShutdownTimeout bounds Stop: publishing in hand finishes and settles,
 	// or is abandoned (the messages stay in the outbox) after this long.
 	ShutdownTimeout time.Duration
@@ -205,6 +208,9 @@ func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, max(BackoffMaxDefault, c.BackoffMin))
+	if c.RetryPolicy == nil {
+		c.RetryPolicy = ExponentialBackoff(c.BackoffMin, c.BackoffMax)
+	}
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
 	if c.Logger == nil {

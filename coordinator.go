@@ -25,7 +25,7 @@ type heldLease struct {
 // coordinate heartbeats, renews and balances leases until ctx ends.
 // workCtx ending means shutdown has begun: stop taking new leases.
 func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
-	failures := 0
+	retry := r.newRetrier()
 	var cut cutOff
 	var eager eagerRounds
 	for {
@@ -37,12 +37,12 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 			if ctx.Err() != nil {
 				return
 			}
-			failures++
+			d := retry.failed()
 			r.emit(Event{Kind: EventStoreError, Err: err})
-			r.log.Warn("lease round failed", "err", err, "failures", failures)
-			wait = min(wait, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+			r.log.Warn("lease round failed", "err", err, "failures", retry.failures, "retry_in", d)
+			wait = min(wait, d)
 		} else {
-			failures = 0
+			retry.ok()
 			broadcast()
 			if eager.next(r.round) {
 				wait = min(wait, eagerRoundInterval)

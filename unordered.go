@@ -13,20 +13,20 @@ import (
 func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	us := r.caps.unordered
 	wake := r.wakes[i]
-	failures, blockedRounds := 0, 0
+	retry, blockedRounds := r.newRetrier(), 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			failures++
+			d := retry.failed()
 			r.emit(Event{Kind: EventStoreError, Err: err})
-			r.log.Warn("claim failed", "err", err)
-			sleepCtx(ctx, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+			r.log.Warn("claim failed", "err", err, "retry_in", d)
+			sleepCtx(ctx, d)
 			continue
 		}
-		failures = 0
+		retry.ok()
 		r.beat()
 		recs := claim.Records()
 		if len(recs) == 0 {

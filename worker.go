@@ -61,7 +61,7 @@ type worker struct {
 	// notified or not: a partition whose notification was lost is found
 	// within PollInterval even while other partitions keep being notified.
 	lastPoll   time.Time
-	storeFails int
+	storeRetry retrier
 	retryStore time.Time // no store call before this after a failure
 }
 
@@ -125,6 +125,7 @@ func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 		sweptCh:    make(chan sweepResult, 1),
 		gone:       map[string]time.Time{},
 		settleDone: make(chan settleResult, 1),
+		storeRetry: r.newRetrier(),
 	}
 }
 
@@ -281,7 +282,8 @@ func (w *worker) settler(killCtx context.Context) {
 	for job := range w.settleJobs {
 		batch := job.batch
 		var fenced []Lease
-		for attempt := 1; ; attempt++ {
+		retry := r.newRetrier()
+		for {
 			ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 			start := time.Now()
 			out := r.calls.settle.do(ctx, batch, job.gather)
@@ -299,8 +301,8 @@ func (w *worker) settler(killCtx context.Context) {
 				break
 			}
 			r.emit(Event{Kind: EventStoreError, Err: out.err})
-			d := Backoff(attempt, r.cfg.PollInterval/4+time.Millisecond, r.cfg.HeartbeatInterval)
-			r.log.Warn("settle failed; retrying", "err", out.err, "attempt", attempt, "retry_in", d)
+			d := retry.failed()
+			r.log.Warn("settle failed; retrying", "err", out.err, "attempt", retry.failures, "retry_in", d)
 			if !sleepCtx(killCtx, d) {
 				break
 			}
@@ -434,15 +436,14 @@ func (w *worker) storeFailed(op string, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	w.storeFails++
-	d := Backoff(w.storeFails, w.r.cfg.PollInterval/4+time.Millisecond, w.r.cfg.HeartbeatInterval)
+	d := w.storeRetry.failed()
 	w.retryStore = time.Now().Add(d)
 	w.r.emit(Event{Kind: EventStoreError, Err: err})
 	w.r.log.Warn("store call failed", "op", op, "err", err, "retry_in", d)
 }
 
 func (w *worker) storeOK() {
-	w.storeFails = 0
+	w.storeRetry.ok()
 	w.retryStore = time.Time{}
 }
 
