@@ -30,29 +30,28 @@ type worker struct {
 
 	inflight int  // Publish calls in flight
 	shedding bool // some partition is being handed back
-	results  chan publishResult
-	settle   map[int]*Settlement // per partition, waiting to be written
-	settleN  int
-	// A fetch runs beside the publishing; its result comes on fetchedCh.
-	fetching  bool // a fetch is in flight
-	fetchedCh chan fetchResult
+	// events brings every result of work done beside the loop: publishes,
+	// settles, fetches and sweeps (see workerEvent).
+	events  chan workerEvent
+	settle  map[int]*Settlement // per partition, waiting to be written
+	settleN int
+	// A fetch runs beside the publishing.
+	fetching bool // a fetch is in flight
 
 	// The settler goroutine writes one batch of settlements at a time, so
 	// the worker publishes on while the store deletes.
 	settleSince time.Time // when the oldest queued settlement came
 	stopping    bool      // shutting down: settle at once
 	settleJobs  chan settleJob
-	settleDone  chan settleResult
 	settlerBusy bool
 	settlerN    int // settlements in the batch the settler is writing
 
 	lastSweep time.Time
 	// A sweep runs beside the publishing too, in two steps (Unsettled,
-	// then Fetch of the late records), each result coming on sweptCh.
+	// then Fetch of the late records).
 	sweeping   bool
 	sweepStart time.Time
 	fetchStart time.Time
-	sweptCh    chan sweepResult
 	// gone holds the IDs whose delivery or dead-lettering was written while
 	// a fetch or sweep was in flight, with when: a read that started before
 	// may still return them, and must not queue them again.
@@ -114,17 +113,16 @@ type publishResult struct {
 
 func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 	return &worker{
-		r:          r,
-		index:      index,
-		wake:       wake,
-		parts:      map[int]*partState{},
-		results:    make(chan publishResult, r.cfg.InFlight),
+		r:     r,
+		index: index,
+		wake:  wake,
+		parts: map[int]*partState{},
+		// At most InFlight publishes, one settle, one fetch and one sweep
+		// step are under way: their results never block the sender.
+		events:     make(chan workerEvent, r.cfg.InFlight+3),
 		settle:     map[int]*Settlement{},
 		settleJobs: make(chan settleJob),
-		fetchedCh:  make(chan fetchResult, 1),
-		sweptCh:    make(chan sweepResult, 1),
 		gone:       map[string]time.Time{},
-		settleDone: make(chan settleResult, 1),
 		storeRetry: r.newRetrier(),
 	}
 }
@@ -148,14 +146,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 	drain:
 		for {
 			select {
-			case res := <-w.results:
-				w.handle(res)
-			case res := <-w.settleDone:
-				w.settled(res)
-			case res := <-w.fetchedCh:
-				w.fetched(res)
-			case res := <-w.sweptCh:
-				w.swept(ctx, res)
+			case ev := <-w.events:
+				ev.apply(ctx, w)
 			default:
 				break drain
 			}
@@ -187,14 +179,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		// Nothing to do now: wait for a result, a wake-up or a timer.
 		t := time.NewTimer(w.nextWake(time.Now()))
 		select {
-		case res := <-w.results:
-			w.handle(res)
-		case res := <-w.settleDone:
-			w.settled(res)
-		case res := <-w.fetchedCh:
-			w.fetched(res)
-		case res := <-w.sweptCh:
-			w.swept(ctx, res)
+		case ev := <-w.events:
+			ev.apply(ctx, w)
 		case <-w.wake: // refill reads what the notification asked for
 		case <-t.C:
 		case <-ctx.Done():
@@ -206,18 +192,37 @@ func (w *worker) run(ctx, killCtx context.Context) {
 	for w.inflight > 0 || w.settlerBusy || w.settleN > 0 || w.fetching || w.sweeping {
 		w.startSettle()
 		select {
-		case res := <-w.results:
-			w.handle(res)
-		case res := <-w.settleDone:
-			w.settled(res)
-		case <-w.fetchedCh:
-			w.fetching = false // shutting down: drop it
-		case <-w.sweptCh:
-			w.sweeping = false
+		case ev := <-w.events:
+			ev.apply(ctx, w) // (reads are dropped: stopping)
 		case <-killCtx.Done():
 			return
 		}
 	}
+}
+
+// workerEvent is the result of work done beside the worker's loop, applied
+// by the loop (the only goroutine touching the worker's state).
+type workerEvent interface {
+	apply(ctx context.Context, w *worker)
+}
+
+func (res publishResult) apply(_ context.Context, w *worker) { w.handle(res) }
+func (res settleResult) apply(_ context.Context, w *worker)  { w.settled(res) }
+
+func (res fetchResult) apply(_ context.Context, w *worker) {
+	if w.stopping {
+		w.fetching = false // shutting down: drop it
+		return
+	}
+	w.fetched(res)
+}
+
+func (res sweepResult) apply(ctx context.Context, w *worker) {
+	if w.stopping {
+		w.sweeping = false
+		return
+	}
+	w.swept(ctx, res)
 }
 
 // startSettle hands the queued settlements to the settler if it is idle.
@@ -307,7 +312,7 @@ func (w *worker) settler(killCtx context.Context) {
 				break
 			}
 		}
-		w.settleDone <- settleResult{batch: batch, fenced: fenced}
+		w.events <- settleResult{batch: batch, fenced: fenced}
 	}
 }
 
@@ -512,7 +517,7 @@ func (w *worker) refill(ctx context.Context) {
 		res := fetchResult{cursors: cursors, limit: limit, start: now}
 		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit}, gather)
 		res.recs, res.mark, res.err = out.recs, out.mark, out.err
-		w.fetchedCh <- res
+		w.events <- res
 	}()
 }
 
@@ -621,7 +626,7 @@ func (w *worker) sweep(ctx context.Context) {
 		sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
 		defer cancel()
 		refs, err := w.r.store.Unsettled(sctx, cursors)
-		w.sweptCh <- sweepResult{start: start, refs: refs, err: err}
+		w.events <- sweepResult{start: start, refs: refs, err: err}
 	}()
 }
 
@@ -688,7 +693,7 @@ func (w *worker) swept(ctx context.Context, res sweepResult) {
 			sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
 			defer cancel()
 			recs, err := w.r.store.Fetch(sctx, late, 1)
-			w.sweptCh <- sweepResult{start: res.start, late: true, recs: recs, err: err}
+			w.events <- sweepResult{start: res.start, late: true, recs: recs, err: err}
 		}()
 		return
 	}
@@ -897,7 +902,7 @@ func (w *worker) launch(killCtx context.Context, batch []*Record, deadline time.
 		} else {
 			errs = w.r.publish(ctx, batch, msgs)
 		}
-		w.results <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
+		w.events <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
 	}()
 }
 
