@@ -23,10 +23,14 @@ type worker struct {
 	index int
 	wake  <-chan struct{}
 
-	parts    map[int]*partState
-	order    []int // partitions in round-robin order
-	next     int   // round-robin start
-	leaseVer uint64
+	parts map[int]*partState
+	order []int // partitions in round-robin order
+	next  int   // round-robin start
+	// leaseIn brings the coordinator's snapshots of this worker's leases
+	// (latest wins); fenced holds the leases a settle found fenced until a
+	// snapshot no longer has them.
+	leaseIn chan map[int]heldLease
+	fenced  map[int]int64
 
 	inflight int  // Publish calls in flight
 	shedding bool // some partition is being handed back
@@ -120,6 +124,8 @@ func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 		// At most InFlight publishes, one settle, one fetch and one sweep
 		// step are under way: their results never block the sender.
 		events:     make(chan workerEvent, r.cfg.InFlight+3),
+		leaseIn:    make(chan map[int]heldLease, 1),
+		fenced:     map[int]int64{},
 		settle:     map[int]*Settlement{},
 		settleJobs: make(chan settleJob),
 		gone:       map[string]time.Time{},
@@ -140,7 +146,6 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		<-settlerDone
 	}()
 	for {
-		w.syncLeases()
 		w.reportDrained()
 		// Take what is ready without waiting.
 	drain:
@@ -148,6 +153,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 			select {
 			case ev := <-w.events:
 				ev.apply(ctx, w)
+			case snap := <-w.leaseIn:
+				w.syncLeases(snap)
 			default:
 				break drain
 			}
@@ -181,6 +188,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		select {
 		case ev := <-w.events:
 			ev.apply(ctx, w)
+		case snap := <-w.leaseIn:
+			w.syncLeases(snap)
 		case <-w.wake: // refill reads what the notification asked for
 		case <-t.C:
 		case <-ctx.Done():
@@ -352,59 +361,44 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// syncLeases brings the worker's partitions in line with the relay's leases.
-func (w *worker) syncLeases() {
+// syncLeases brings the worker's partitions in line with the
+// coordinator's latest snapshot of their leases.
+func (w *worker) syncLeases(snap map[int]heldLease) {
 	r := w.r
-	ver := r.leaseVer.Load()
-	r.leaseMu.RLock()
-	defer r.leaseMu.RUnlock()
-	// Validity changes on every renewal without a version bump.
-	w.shedding = false
-	for p, ps := range w.parts {
-		if h, ok := r.leases[p]; ok && h.Epoch == ps.lease.Epoch {
-			ps.validUntil = h.validUntil
-			ps.shed = h.shed
-			w.shedding = w.shedding || h.shed
+	for p, e := range w.fenced {
+		if h, ok := snap[p]; !ok || h.Epoch != e {
+			delete(w.fenced, p) // the snapshot knows it is gone
+		} else {
+			delete(snap, p) // sent before the coordinator heard of it
 		}
 	}
-	if ver == w.leaseVer {
-		return
-	}
-	w.leaseVer = ver
 	for p, ps := range w.parts {
-		if h, ok := r.leases[p]; !ok || h.Epoch != ps.lease.Epoch {
+		if h, ok := snap[p]; !ok || h.Epoch != ps.lease.Epoch {
 			delete(w.parts, p)
 			delete(w.settle, p) // fenced anyway
 		}
 	}
-	for p, h := range r.leases {
-		if p%r.cfg.Workers != w.index {
-			continue
-		}
-		if _, ok := w.parts[p]; !ok {
-			w.parts[p] = &partState{
-				lease:      h.Lease,
-				validUntil: h.validUntil,
-				q:          newPartQueue(),
-				inflight:   map[string]*Record{},
-				settling:   map[string]int{},
-				deadHeld:   map[string]*Record{},
-				trunc:      map[string]int64{},
-				recov:      map[string]bool{},
-				shed:       h.shed,
+	w.shedding = false
+	for p, h := range snap {
+		ps, ok := w.parts[p]
+		if !ok {
+			ps = &partState{
+				lease:    h.Lease,
+				q:        newPartQueue(),
+				inflight: map[string]*Record{},
+				settling: map[string]int{},
+				deadHeld: map[string]*Record{},
+				trunc:    map[string]int64{},
+				recov:    map[string]bool{},
 			}
-		}
-	}
-	for _, ps := range w.parts {
-		if ps.q.hold == nil {
 			ps.q.hold = r.dests.holdRecord
+			w.parts[p] = ps
 		}
+		ps.validUntil, ps.shed = h.validUntil, h.shed
+		w.shedding = w.shedding || h.shed
 	}
 	w.reorder()
 	w.recount()
-	for _, ps := range w.parts {
-		w.shedding = w.shedding || ps.shed
-	}
 }
 
 // reportDrained tells the relay which of the partitions it is handing back
@@ -415,7 +409,7 @@ func (w *worker) reportDrained() {
 	}
 	for _, p := range w.order {
 		if ps := w.parts[p]; ps.shed && ps.drained() {
-			w.r.shedDrained(ps.lease)
+			w.r.reports.shedDrained(ps.lease)
 		}
 	}
 }
@@ -1025,8 +1019,9 @@ func (w *worker) settled(res settleResult) {
 	w.r.fenced.Add(int64(len(res.fenced)))
 	w.r.emit(Event{Kind: EventFenced, Count: len(res.fenced)})
 	w.r.log.Warn("partitions lost to another relay", "leases", res.fenced)
+	w.r.reports.lost(res.fenced)
 	for _, l := range res.fenced {
-		w.r.dropLease(l)
+		w.fenced[l.Partition] = l.Epoch
 		if ps := w.parts[l.Partition]; ps != nil && ps.lease.Epoch == l.Epoch {
 			delete(w.parts, l.Partition)
 			delete(w.settle, l.Partition)
