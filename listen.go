@@ -16,16 +16,44 @@ func (r *Relay) wake(i int) {
 	}
 }
 
-// notifyAll makes every worker fetch all its partitions.
+// notifyAll makes every worker fetch all its partitions. With ordering
+// none it wakes one worker, in turn: workers claim any rows, and a worker
+// whose claim comes back full wakes the next (see runUnordered), so one
+// small transaction costs one claim, not one per worker.
 func (r *Relay) notifyAll() {
+	if r.cfg.Ordering == OrderingNone {
+		r.wakeOneUnordered()
+		return
+	}
 	for i := range r.wakes {
 		r.fetchAll[i].Store(true)
 		r.wake(i)
 	}
 }
 
-// notifyPartitions makes the workers owning ps fetch those partitions.
+// wakeOneUnordered wakes an idle worker of ordering none, taking them in
+// turn; with none idle, the next in turn (its wake-up waits in its channel:
+// it claims again when its batch is done, so none is lost; busy workers
+// claim again anyway).
+func (r *Relay) wakeOneUnordered() {
+	n := len(r.wakes)
+	start := int(r.turn.Add(1) % uint64(n))
+	for k := range n {
+		if i := (start + k) % n; r.idle[i].Load() {
+			r.wake(i)
+			return
+		}
+	}
+	r.wake(start)
+}
+
+// notifyPartitions makes the workers owning ps fetch those partitions
+// (with ordering none, one worker claims).
 func (r *Relay) notifyPartitions(ps []int) {
+	if r.cfg.Ordering == OrderingNone {
+		r.wakeOneUnordered()
+		return
+	}
 	for _, p := range ps {
 		if p < 0 || p >= len(r.dirty) {
 			continue
@@ -76,6 +104,7 @@ func (r *Relay) listen(ctx context.Context) {
 		} else {
 			var ch <-chan struct{}
 			if ch, err = n.Subscribe(ctx); err == nil {
+				r.notifyAll() // subscribed: what committed before was not announced
 				for range ch {
 					r.notifyAll()
 				}

@@ -54,6 +54,10 @@ type Relay struct {
 	// listening is set while the relay is subscribed to the store's
 	// notifications: polls are then a safety net, made less often.
 	listening atomic.Bool
+	// Ordering none: the worker a notification wakes next, and which are
+	// waiting for one.
+	turn atomic.Uint64
+	idle []atomic.Bool
 
 	// Leases held: the coordinator's alone (and leave's, after it). Each
 	// worker gets a snapshot of its own partitions after every change and
@@ -261,6 +265,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 		r.wakes[i] = make(chan struct{}, 1)
 	}
 	r.fetchAll = make([]atomic.Bool, r.cfg.Workers)
+	r.idle = make([]atomic.Bool, r.cfg.Workers)
 	r.dirty = make([]atomic.Bool, r.partitions)
 	broadcast := func() {
 		for i := range r.wakes {

@@ -7,9 +7,10 @@ import (
 
 // runUnordered is worker i of OrderingNone: claim with row locks,
 // publish, settle and commit, again and again. When a claim finds nothing,
-// the worker waits for a notification; worker 0 alone also polls, and
-// wakes the others when it finds records, so that an idle relay makes one
-// claim per poll, not one per worker.
+// the worker waits for a notification (which wakes one worker, in turn);
+// worker 0 alone also polls, so that an idle relay makes one claim per
+// poll, not one per worker. A claim that comes back full wakes the next
+// worker: a backlog is drained by every worker at once.
 func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	us := r.caps.unordered
 	wake := r.wakes[i]
@@ -34,11 +35,9 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 			r.idleUnordered(ctx, i, wake)
 			continue
 		}
-		if i == 0 {
-			// Found by a poll maybe: let the others claim too.
-			for j := 1; j < len(r.wakes); j++ {
-				r.wake(j)
-			}
+		if len(recs) == r.cfg.BatchSize {
+			// More may be waiting: let the next worker claim meanwhile.
+			r.wake((i + 1) % len(r.wakes))
 		}
 		msgs := make([]*Message, len(recs))
 		ptrs := make([]*Record, len(recs))
@@ -93,6 +92,8 @@ func (r *Relay) idleUnordered(ctx context.Context, i int, wake <-chan struct{}) 
 		defer t.Stop()
 		poll = t.C
 	}
+	r.idle[i].Store(true)
+	defer r.idle[i].Store(false)
 	select {
 	case <-ctx.Done():
 	case <-wake:
