@@ -70,7 +70,7 @@ func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) in
 		r.log.Warn("dead-lettering message", "id", rec.ID, "topic", rec.Topic, "attempts", rec.Attempts, "err", err)
 		return outcomeDead
 	}
-	rec.NextAttemptAt = now.Add(Backoff(rec.Attempts, r.cfg.BackoffMin, r.cfg.BackoffMax))
+	rec.NextAttemptAt = now.Add(r.cfg.RetryPolicy(rec.Attempts))
 	f.NextAttemptAt = rec.NextAttemptAt
 	s.Retry = append(s.Retry, f)
 	return outcomeRetry

@@ -614,6 +614,7 @@ func (s *WALStore) SubscribePartitions(ctx context.Context, fn func(partitions [
 		}
 		s.mu.Unlock()
 	}()
+	fn(nil) // subscribed: what was captured before was not announced
 	for {
 		select {
 		case <-ctx.Done():
