@@ -67,7 +67,9 @@ type Failure struct {
 	Attempts int
 	// NextAttemptAt is when to try again (ignored for dead letters).
 	NextAttemptAt time.Time
-	// Err is the error text, truncated by the store if very long.
+	// Err is the error text: the relay makes it valid UTF-8 without NUL
+	// bytes and at most 4 KiB (storepolicy.ErrorText); stores apply the
+	// same rule for other callers.
 	Err string
 }
 
