@@ -51,7 +51,7 @@ func CeilingStore(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	err := g.Wait()
 	r := newRun(n, time.Since(start))
-	r.setCPU(cpu.end())
+	r.setCPU(cpu.end(), benchRelays)
 	untimed()
 	if err != nil {
 		return RunResult{}, fmt.Errorf("bench: ceiling/store: %w", err)

@@ -393,7 +393,7 @@ func runDynamo(ctx context.Context, o Options, names []string, messagesDefaulted
 	if o.Broker == "" {
 		fmt.Fprintln(o.Notices, "bench: no --broker given: starting an embedded NATS server (JetStream, file storage)")
 	}
-	broker, err := OpenBroker(ctx, o.Broker, o.AMQPQueueType)
+	broker, err := OpenBroker(ctx, o.Broker, o)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/store/postgres"
 )
 
 // Latency is the outcome of the steady scenario: commit→broker-ack latency
@@ -76,14 +77,72 @@ func SteadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.
 	return steady(ctx, env, k, rate, warmup, d, true)
 }
 
+// txShape returns the messages per producer transaction at rate and the
+// transactions of warmup+d.
+func txShape(rate int, span time.Duration) (perTx, txs int, interval time.Duration) {
+	perTx = (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
+	txRate := float64(rate) / float64(perTx)
+	return perTx, max(1, int(txRate*span.Seconds())), time.Duration(float64(time.Second) / txRate)
+}
+
+// produce runs SteadyProducers goroutines that write rate messages per
+// second with writer for warmup and then d, in transactions of
+// ceil(rate / SteadyTxRateMax) messages, paced by a schedule (open loop: a
+// late producer does not wait, it catches up). measure, if not nil, is
+// called when the warm-up ends; committed, if not nil, with the IDs of
+// every transaction and the time its Commit returned. It returns the
+// messages written and how long it took.
+func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, rate int, warmup, d time.Duration, measure func(), committed func(ids []string, t time.Time)) (int, time.Duration, error) {
+	perTx, txs, interval := txShape(rate, warmup+d)
+	var next, seq atomic.Int64
+	start := time.Now()
+	if measure != nil {
+		t := time.AfterFunc(warmup, measure)
+		defer t.Stop()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for range SteadyProducers {
+		g.Go(func() error {
+			msgs := make([]outbox.Message, perTx)
+			ids := make([]string, perTx)
+			for {
+				j := next.Add(1) - 1
+				if j >= int64(txs) {
+					return nil
+				}
+				if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
+					t := time.NewTimer(wait)
+					select {
+					case <-gctx.Done():
+						t.Stop()
+						return gctx.Err()
+					case <-t.C:
+					}
+				}
+				for i := range msgs {
+					msgs[i] = env.message(k, int(seq.Add(1)-1))
+					msgs[i].ID = outbox.NewID()
+					ids[i] = msgs[i].ID
+				}
+				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return writer.Write(gctx, tx, msgs...) })
+				if err != nil {
+					return fmt.Errorf("bench: steady: write: %w", err)
+				}
+				if committed != nil {
+					committed(ids, time.Now())
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	return txs * perTx, time.Since(start), err
+}
+
 func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, wal bool) (*Latency, RunResult, error) {
 	if rate <= 0 {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
 	}
-	perTx := (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
-	txRate := float64(rate) / float64(perTx)
-	txs := max(1, int(txRate*(warmup+d).Seconds()))
-	interval := time.Duration(float64(time.Second) / txRate)
+	perTx, txs, _ := txShape(rate, warmup+d)
 	n := txs * perTx
 
 	var (
@@ -147,50 +206,13 @@ func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	}
 
 	env.meter.setPhase("producing")
-	var next, seq atomic.Int64
-	start := time.Now()
-	lat.setFrom(start.Add(warmup))
 	cpu := &cpuWindow{}
 	use := newCPUMeter(ctx, env)
-	measuring := time.AfterFunc(warmup, func() { cpu.begin(); use.begin() })
-	defer measuring.Stop()
-	g, gctx := errgroup.WithContext(ctx)
-	for range SteadyProducers {
-		g.Go(func() error {
-			msgs := make([]outbox.Message, perTx)
-			ids := make([]string, perTx)
-			for {
-				j := next.Add(1) - 1
-				if j >= int64(txs) {
-					return nil
-				}
-				if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
-					t := time.NewTimer(wait)
-					select {
-					case <-gctx.Done():
-						t.Stop()
-						return gctx.Err()
-					case <-t.C:
-					}
-				}
-				for i := range msgs {
-					msgs[i] = env.message(k, int(seq.Add(1)-1))
-					msgs[i].ID = outbox.NewID()
-					ids[i] = msgs[i].ID
-				}
-				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return writer.Write(gctx, tx, msgs...) })
-				if err != nil {
-					return fmt.Errorf("bench: steady: write: %w", err)
-				}
-				lat.committed(ids, time.Now())
-			}
-		})
-	}
-	if err := g.Wait(); err != nil {
+	lat.setFrom(time.Now().Add(warmup))
+	_, produced, err := produce(ctx, env, k, writer, rate, warmup, d, func() { cpu.begin(); use.begin() }, lat.committed)
+	if err != nil {
 		return nil, RunResult{}, err
 	}
-	produced := time.Since(start)
-	measuring.Stop()
 	busy := cpu.end()
 	used := use.end()
 	env.meter.setPhase("draining")
@@ -237,27 +259,11 @@ func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	return l, r, nil
 }
 
-// runSteady runs the steady scenario for Run, at o.SteadyRate or half the
-// relay/key median (measuring relay/key once if it did not run).
+// runSteady runs steady/wal for Run, at o.SteadyRate.
 func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
 	rate := o.SteadyRate
-	if rate == 0 {
-		ref := 0.0
-		if rk := rep.Result(RelayKeyName); rk != nil && rk.Err == "" && len(rk.Details) > 0 {
-			ref, _, _ = summarize(runRates(rk.Details))
-		} else {
-			fmt.Fprintln(o.Notices, "bench: steady: relay/key did not run; measuring it once for the steady rate (or give --steady-rate)")
-			env.meter.scenario(RelayKeyName+" (for steady)", 1, 1)
-			r, err := RelayKey(ctx, env, k)
-			if err != nil {
-				return nil, err
-			}
-			ref = r.MsgsPerSec
-		}
-		rate = max(1, int(SteadyLoadDefault*ref))
-	}
 	env.meter.scenario(name, 1, 1)
-	res := &Result{Scenario: name, Store: rep.Store, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
+	res := &Result{Scenario: name, Store: rep.Store, DB: rep.DB, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
 	run := Steady
 	if name == SteadyWALName {
 		run = SteadyWAL

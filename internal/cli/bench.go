@@ -15,12 +15,14 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/backends"
 	"github.com/outboxrelay/outbox/internal/bench"
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
 func newBenchCommand(a *app) *cobra.Command {
 	var (
 		o          bench.Options
 		asJSON     bool
+		statements bool
 		plotFile   string
 		cpuProfile string
 	)
@@ -86,13 +88,17 @@ bound to the exchange: classic by default, a quorum queue with
 	fs.IntVar(&o.Workers, "workers", outbox.WorkersDefault, "our relay's workers (the seeds use the article's 1 and 5)")
 	fs.StringSliceVar(&o.Scenarios, "scenarios", nil, "scenarios to run: names or patterns, comma-separated, such as 'relay/*,seed-tuned' (default: all)")
 	fs.IntVar(&o.Runs, "runs", bench.RunsDefault, "runs of each drain scenario")
-	fs.IntVar(&o.SteadyRate, "steady-rate", 0, "steady scenario's messages per second (0: half the measured relay/key rate)")
+	fs.IntVar(&o.SteadyRate, "steady-rate", bench.SteadyRateDefault, "steady/wal's messages per second (the steady/ORDERING@RATE scenarios carry their rates in their names)")
 	fs.DurationVar(&o.SteadyDuration, "steady-duration", bench.SteadyDurationDefault, "how long the steady scenario produces and measures")
 	fs.DurationVar(&o.SteadyWarmup, "steady-warmup", bench.SteadyWarmupDefault, "how long the steady scenario produces before it measures (0: no warm-up)")
+	fs.BoolVar(&o.FastDB, "fast-db", false, "start the throwaway PostgreSQL with fsync=off and full_page_writes=off (default: durable, fsync=on, synchronous_commit=on, full_page_writes=on); not with --store")
+	fs.DurationVar(&o.IdleDuration, "idle-duration", bench.IdleDurationDefault, "how long the idle scenario measures a relay with nothing to do")
+	fs.BoolVar(&statements, "statements", false, "print each scenario's top statements by total time (pg_stat_statements over the timed span; on the bench's own server; --json always has them)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object per scenario instead of the table")
 	fs.StringVar(&plotFile, "plot", "", "also draw throughput per scenario and the workers scaling curve into this SVG file")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file; samples are labelled scenario=NAME and phase=timed|untimed (go tool pprof -top -tagfocus=phase=timed FILE)")
 
+	cmd.AddCommand(newBenchBrokerCommand(a))
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		o.Logger = a.log
 		o.Notices = a.env.Stderr
@@ -130,6 +136,7 @@ bound to the exchange: classic by default, a quorum queue with
 			}
 			return err
 		}
+		rep.ShowStatements = statements
 		if asJSON {
 			if werr := rep.WriteJSON(a.env.Stdout); werr != nil {
 				return werr
@@ -147,13 +154,37 @@ bound to the exchange: classic by default, a quorum queue with
 	return cmd
 }
 
+// newBenchBrokerCommand is the broker process `outbox bench` starts when
+// no --broker is given (hidden: the bench runs it from its own binary): the
+// embedded NATS server with JetStream file storage in a temporary
+// directory, its client URL printed on one line of stdout, serving until
+// SIGINT or SIGTERM.
+func newBenchBrokerCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:    bench.BrokerCommand[1],
+		Short:  "Run the bench's broker process (an embedded NATS server, JetStream file storage)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: a.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+			srv, stop, err := servers.StartNATS("")
+			if err != nil {
+				return err
+			}
+			defer stop()
+			fmt.Fprintln(a.env.Stdout, srv.ClientURL())
+			<-ctx.Done()
+			return nil
+		}),
+	}
+}
+
 // checkBench checks the bench flags before anything starts.
 func (a *app) checkBench(o bench.Options) error {
 	// The flags default to non-zero values: a zero given on the command
 	// line is a mistake, not a request for the default.
 	v := o.WithDefaults()
 	v.Messages, v.Payload, v.Keys, v.Batch, v.Workers, v.Runs = o.Messages, o.Payload, o.Keys, o.Batch, o.Workers, o.Runs
-	v.SteadyDuration = o.SteadyDuration
+	v.SteadyDuration, v.IdleDuration, v.SteadyRate = o.SteadyDuration, o.IdleDuration, o.SteadyRate
 	if err := v.Validate(); err != nil {
 		var oe *bench.OptionError
 		if errors.As(err, &oe) {
