@@ -64,10 +64,14 @@ type brokerSetup func(ctx context.Context, rawURL string, o Options) (*Broker, e
 // broker registered in internal/backends but not here runs without resets
 // or counts; adding one here is all a new broker needs.
 var brokerSetups = map[string]brokerSetup{
-	"nats":  openNATSURL,
-	"tls":   openNATSURL,
-	"amqp":  func(ctx context.Context, u string, o Options) (*Broker, error) { return openAMQP(ctx, u, o.AMQPQueueType) },
-	"amqps": func(ctx context.Context, u string, o Options) (*Broker, error) { return openAMQP(ctx, u, o.AMQPQueueType) },
+	"nats": openNATSURL,
+	"tls":  openNATSURL,
+	"amqp": func(ctx context.Context, u string, o Options) (*Broker, error) {
+		return openAMQP(ctx, u, o.AMQPQueueType)
+	},
+	"amqps": func(ctx context.Context, u string, o Options) (*Broker, error) {
+		return openAMQP(ctx, u, o.AMQPQueueType)
+	},
 	"kafka": func(ctx context.Context, u string, _ Options) (*Broker, error) { return openKafka(ctx, u) },
 }
 

@@ -85,7 +85,7 @@ func openAMQP(ctx context.Context, rawURL, queueType string) (*Broker, error) {
 	}
 	u, _ := url.Parse(amqpURL)
 	return &Broker{
-		Name: fmt.Sprintf("rabbitmq (%s, exchange %s, durable %s queue, confirms)", redact.URL(u.String()), exchange, queueType),
+		Name:   fmt.Sprintf("rabbitmq (%s, exchange %s, durable %s queue, confirms)", redact.URL(u.String()), exchange, queueType),
 		url:    rawURL,
 		prefix: func() string { return prefix },
 		reset: func(context.Context) error {

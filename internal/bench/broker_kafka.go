@@ -40,11 +40,11 @@ func openKafka(ctx context.Context, rawURL string) (*Broker, error) {
 		return nil, err
 	}
 	return &Broker{
-		Name: fmt.Sprintf("kafka (%s, %d partitions, acks=all)", strings.Join(opts.Brokers, ","), kafkaPartitions),
+		Name:   fmt.Sprintf("kafka (%s, %d partitions, acks=all)", strings.Join(opts.Brokers, ","), kafkaPartitions),
 		url:    rawURL,
 		prefix: b.prefix,
-		reset: b.next,
-		count: b.count,
+		reset:  b.next,
+		count:  b.count,
 		close: func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -104,9 +104,9 @@ type ProcessCPU struct {
 type cpuRole int
 
 const (
-	benchWaits     cpuRole = iota // it only waits for the others
-	benchRelays                   // it runs the processor (in-process)
-	benchProduces                 // it runs the producers
+	benchWaits    cpuRole = iota // it only waits for the others
+	benchRelays                  // it runs the processor (in-process)
+	benchProduces                // it runs the producers
 )
 
 // cpuUse is the CPU time a run used, per process; a negative duration is

@@ -126,7 +126,7 @@ func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.D
 			committed(ids, t)
 		}
 	}
-	_, _, err := produce(ctx, env, k, env.writer, rate, warmup, d, func() {
+	_, _, err := produce(ctx, env, k, env.writer, rate, SteadyPerTx, warmup, d, func() {
 		use.begin()
 		began = time.Now()
 		measuring.Store(true)
@@ -179,7 +179,7 @@ func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	if err := waitRelayReady(ctx, relay, ordering); err != nil {
 		return nil, RunResult{}, err
 	}
-	perTx, txs, _ := txShape(rate, warmup+d)
+	perTx, txs, _ := txShape(rate, SteadyPerTx, warmup+d)
 	n := perTx * txs
 	lat := newLatencies(n)
 	stop, err := env.Broker.receive(func(id string) { lat.acked([]string{id}, time.Now()) })
@@ -260,7 +260,7 @@ func waitRelayReady(ctx context.Context, relay *relayProc, ordering outbox.Order
 		if err != nil {
 			return false, 0, err
 		}
-		_, up := m["outbox_published_total"]
+		_, up := m["outbox_fetched_total"] // exported from the start
 		if ordering == outbox.OrderingKey {
 			return up && m["outbox_leases"] > 0, 0, nil
 		}

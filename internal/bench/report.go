@@ -185,8 +185,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 
-	b.WriteString(r.relaysTable())
-	b.WriteString(r.loadTable())
+	for _, table := range []func() (string, []string){r.relaysTable, r.loadTable} {
+		s, fails := table()
+		b.WriteString(s)
+		failures = append(failures, fails...)
+	}
 	for _, name := range []string{SteadyWALName} {
 		s := r.Result(name)
 		if s == nil {

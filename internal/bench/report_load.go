@@ -23,7 +23,7 @@ func cpuCols(c *ProcessCPU) (pg, broker, relay string) {
 }
 
 // relaysTable compares 1, 2 and 3 relay processes draining one backlog.
-func (r *Report) relaysTable() string {
+func (r *Report) relaysTable() (string, []string) {
 	var rows []*Result
 	for _, n := range RelaysCounts {
 		if res := r.Result(RelaysName(n)); res != nil {
@@ -31,8 +31,9 @@ func (r *Report) relaysTable() string {
 		}
 	}
 	if len(rows) == 0 {
-		return ""
+		return "", nil
 	}
+	var failures []string
 	one := r.Result(RelaysName(1))
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nrelay processes [%s database]: N `outbox relay` processes (ordering key, %d workers each) started together on one backlog; share of the messages each published (its /metrics), median run\n", r.DB, rows[0].Workers)
@@ -41,6 +42,7 @@ func (r *Report) relaysTable() string {
 	for _, res := range rows {
 		if res.Err != "" {
 			fmt.Fprintf(tw, "%s\t%s\tFAILED\n", res.Scenario, thousands(float64(res.Messages)))
+			failures = append(failures, res.Scenario+": "+res.Err)
 			continue
 		}
 		ratio := ""
@@ -60,11 +62,11 @@ func (r *Report) relaysTable() string {
 			thousands(res.Min), thousands(res.Max), ratio, shares, pg, br, rl)
 	}
 	_ = tw.Flush()
-	return b.String()
+	return b.String(), failures
 }
 
 // loadTable shows the steady/ORDERING@RATE and idle scenarios.
-func (r *Report) loadTable() string {
+func (r *Report) loadTable() (string, []string) {
 	var rows []*Result
 	for _, n := range LoadScenarioNames() {
 		if res := r.Result(n); res != nil {
@@ -72,8 +74,9 @@ func (r *Report) loadTable() string {
 		}
 	}
 	if len(rows) == 0 {
-		return ""
+		return "", nil
 	}
+	var failures []string
 	o := r.Options
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nsteady load [%s database]: %d producers (the bench's process) commit %d messages per transaction at the offered rate for %gs after a %gs warm-up, first alone, then with one `outbox relay` process (%d workers, batch %d)\n",
@@ -90,6 +93,7 @@ func (r *Report) loadTable() string {
 		}
 		if res.Err != "" {
 			fmt.Fprintf(tw, "%s\tFAILED\n", res.Scenario)
+			failures = append(failures, res.Scenario+": "+res.Err)
 			continue
 		}
 		l := res.Load
@@ -102,13 +106,14 @@ func (r *Report) loadTable() string {
 	if idle != nil {
 		if idle.Err != "" {
 			b.WriteString("idle: FAILED\n")
+			failures = append(failures, idle.Scenario+": "+idle.Err)
 		} else {
 			l := idle.Load
 			fmt.Fprintf(&b, "idle: one `outbox relay` process (ordering key), empty outbox, %.0fs: relay %s%% of a core, PostgreSQL %s%%, broker %s%%, %s statements/s\n",
 				l.Seconds, cpuText(l.Core.Relay), cpuText(l.Core.Postgres), cpuText(l.Core.Broker), cpuText(l.RelayStatementsPerSec))
 		}
 	}
-	return b.String()
+	return b.String(), failures
 }
 
 // statementsText lists each scenario's top statements by total time

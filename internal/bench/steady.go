@@ -77,10 +77,13 @@ func SteadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.
 	return steady(ctx, env, k, rate, warmup, d, true)
 }
 
-// txShape returns the messages per producer transaction at rate and the
-// transactions of warmup+d.
-func txShape(rate int, span time.Duration) (perTx, txs int, interval time.Duration) {
-	perTx = (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
+// txShape returns the messages per producer transaction at rate (perTx,
+// or with 0 the fewest that keep the transactions at SteadyTxRateMax per
+// second at most), the transactions of span and their interval.
+func txShape(rate, perTx int, span time.Duration) (_, txs int, interval time.Duration) {
+	if perTx <= 0 {
+		perTx = (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
+	}
 	txRate := float64(rate) / float64(perTx)
 	return perTx, max(1, int(txRate*span.Seconds())), time.Duration(float64(time.Second) / txRate)
 }
@@ -88,12 +91,13 @@ func txShape(rate int, span time.Duration) (perTx, txs int, interval time.Durati
 // produce runs SteadyProducers goroutines that write rate messages per
 // second with writer for warmup and then d, in transactions of
 // ceil(rate / SteadyTxRateMax) messages, paced by a schedule (open loop: a
-// late producer does not wait, it catches up). measure, if not nil, is
+// late producer does not wait, it catches up); perTx 0 means as few as
+// SteadyTxRateMax allows (see txShape). measure, if not nil, is
 // called when the warm-up ends; committed, if not nil, with the IDs of
 // every transaction and the time its Commit returned. It returns the
 // messages written and how long it took.
-func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, rate int, warmup, d time.Duration, measure func(), committed func(ids []string, t time.Time)) (int, time.Duration, error) {
-	perTx, txs, interval := txShape(rate, warmup+d)
+func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, rate, perTx int, warmup, d time.Duration, measure func(), committed func(ids []string, t time.Time)) (int, time.Duration, error) {
+	perTx, txs, interval := txShape(rate, perTx, warmup+d)
 	var next, seq atomic.Int64
 	start := time.Now()
 	if measure != nil {
@@ -142,7 +146,7 @@ func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	if rate <= 0 {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
 	}
-	perTx, txs, _ := txShape(rate, warmup+d)
+	perTx, txs, _ := txShape(rate, 0, warmup+d)
 	n := txs * perTx
 
 	var (
@@ -209,7 +213,7 @@ func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	cpu := &cpuWindow{}
 	use := newCPUMeter(ctx, env)
 	lat.setFrom(time.Now().Add(warmup))
-	_, produced, err := produce(ctx, env, k, writer, rate, warmup, d, func() { cpu.begin(); use.begin() }, lat.committed)
+	_, produced, err := produce(ctx, env, k, writer, rate, 0, warmup, d, func() { cpu.begin(); use.begin() }, lat.committed)
 	if err != nil {
 		return nil, RunResult{}, err
 	}
