@@ -181,7 +181,7 @@ func TestAMQPQuorumQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	url := testenv.RabbitMQ(t)
-	b, err := OpenBroker(ctx, url, AMQPQuorum)
+	b, err := OpenBroker(ctx, url, Options{AMQPQueueType: AMQPQuorum})
 	if err != nil {
 		t.Fatal(err)
 	}
