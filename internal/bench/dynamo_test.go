@@ -201,11 +201,11 @@ func TestAMQPQuorumQueue(t *testing.T) {
 		t.Errorf("no quorum queue outbox_bench_* on the node:\n%s", queues)
 	}
 
-	rep, err := Run(ctx, Options{
+	rep, err := Run(ctx, children(Options{
 		Store: testenv.PostgresDSN(t), Broker: url, AMQPQueueType: AMQPQuorum,
 		Messages: 300, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
 		Scenarios: []string{RelayKeyName},
-	})
+	}))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -164,7 +164,7 @@ func CeilingWAL(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	defer cleanup()
 	const node = "ceiling"
-	cpu := newCPUMeter(ctx, env)
+	cpu := newCPUMeter(ctx, env).withoutBroker()
 	tctx, untimed := timed(ctx)
 	cpu.begin()
 	start := time.Now()
@@ -283,7 +283,7 @@ func Writer(capture postgres.Capture, perTx int) ScenarioFunc {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var firstErr error
-		cpu := newCPUMeter(ctx, env)
+		cpu := newCPUMeter(ctx, env).withoutBroker()
 		tctx, untimed := timed(ctx)
 		cpu.begin()
 		start := time.Now()
