@@ -81,9 +81,10 @@
 //     difference over the timed span, per operation, gives the requests
 //     and capacity units per message relayed.
 //   - dynamodb/outstanding: ADR 0034's case, once after the rounds:
-//     dynamodb.CompareOutstandingQueries on an empty table of 20 shards
+//     store/dynamodb's outstanding-query comparison (registered with
+//     internal/dynamobench) on an empty table of 20 shards
 //     (5 topics: the older loop's 100 Queries against ScanConcurrency
-//     Scans), then again after dynamodb.FillBacklog.
+//     Scans), then again after a backlog was written with BatchWriteItem.
 //
 // On RabbitMQ the bench's queue is a durable classic queue, or a quorum
 // queue with Options.AMQPQueueType (--amqp-queue-type quorum).

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/dynamobench"
 	"github.com/outboxrelay/outbox/store/dynamodb"
 
 	"github.com/outboxrelay/outbox/internal/redact"
@@ -344,8 +345,9 @@ func (e *dynamoEnv) relayKey(ctx context.Context, k Knobs) (dynamoRun, error) {
 
 // outstanding runs ADR 0034's case on a table of its own with
 // OutstandingShards shards (and the URL's ScanConcurrency and PageSize):
-// dynamodb.CompareOutstandingQueries on the empty outbox, then after
-// dynamodb.FillBacklog of backlog messages over OutstandingTopics topics.
+// dynamobench.CompareOutstanding on the empty outbox, then after
+// dynamobench.FillBacklog of backlog messages over OutstandingTopics topics
+// (store/dynamodb's helpers, registered there).
 func (e *dynamoEnv) outstanding(ctx context.Context, backlog int) (*OutstandingReport, error) {
 	opts := e.opts
 	opts.Table += "_adr"
@@ -363,21 +365,21 @@ func (e *dynamoEnv) outstanding(ctx context.Context, backlog int) (*OutstandingR
 		return rep, fmt.Errorf("bench: create table %s: %w", opts.Table, err)
 	}
 	e.meter.setPhase("comparing (empty outbox)")
-	older, ours, err := dynamodb.CompareOutstandingQueries(ctx, s, outstandingTopics, 0)
+	older, ours, err := dynamobench.CompareOutstanding(ctx, s, outstandingTopics, 0)
 	if err != nil {
 		return rep, err
 	}
-	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: 0, Older: older, Ours: ours})
+	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: 0, Older: dynamodb.RequestCount(older), Ours: dynamodb.RequestCount(ours)})
 	e.meter.start("writing", backlog)
-	if err := dynamodb.FillBacklog(ctx, s, outstandingTopics, backlog); err != nil {
+	if err := dynamobench.FillBacklog(ctx, s, outstandingTopics, backlog); err != nil {
 		return rep, err
 	}
 	e.meter.setPhase(fmt.Sprintf("comparing (%d outstanding)", backlog))
-	older, ours, err = dynamodb.CompareOutstandingQueries(ctx, s, outstandingTopics, 0)
+	older, ours, err = dynamobench.CompareOutstanding(ctx, s, outstandingTopics, 0)
 	if err != nil {
 		return rep, err
 	}
-	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: backlog, Older: older, Ours: ours})
+	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: backlog, Older: dynamodb.RequestCount(older), Ours: dynamodb.RequestCount(ours)})
 	return rep, nil
 }
 
