@@ -56,126 +56,31 @@ type Latency struct {
 // readyTimeout bounds the wait for a relay to become ready.
 const readyTimeout = 30 * time.Second
 
-// Steady runs relay/key (k.Workers, k.Batch) on an empty outbox while
-// SteadyProducers goroutines write rate messages per second for warmup
-// and then d, in transactions of ceil(rate / SteadyTxRateMax) messages,
-// paced by a schedule (open loop: a late producer does not wait, it
-// catches up). It records, per message, the time its transaction's Commit
-// returned and the time the relay's Publish call carrying it returned with
-// no error for it (a wrapping publisher), and returns the distribution of
-// the difference over every message committed after the warm-up, once all
-// messages are acknowledged and the outbox is empty. It also reads how
-// busy the machine's CPUs were after the warm-up, while producing.
-func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
-	return steady(ctx, env, k, rate, warmup, d, false)
-}
-
-// SteadyWAL is Steady with the WAL capture: the producers emit into the
-// WAL and relay/wal reads the bench's slot (created for the run, dropped
-// after it).
+// SteadyWAL runs relay/wal (k.Workers, k.Batch, in the bench's process)
+// on the bench's slot (created for the run, dropped after it) while
+// SteadyProducers goroutines emit rate messages per second into the WAL
+// for warmup and then d (see produce). It records, per message, the time
+// its transaction's Commit returned and the time the relay's Publish call
+// carrying it returned with no error for it (a wrapping publisher), and
+// returns the distribution of the difference over every message committed
+// after the warm-up, once all messages are acknowledged and nothing is
+// buffered. It also reads how busy the machine's CPUs were after the
+// warm-up, while producing.
 func SteadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
-	return steady(ctx, env, k, rate, warmup, d, true)
-}
-
-// txShape returns the messages per producer transaction at rate (perTx,
-// or with 0 the fewest that keep the transactions at SteadyTxRateMax per
-// second at most), the transactions of span and their interval.
-func txShape(rate, perTx int, span time.Duration) (_, txs int, interval time.Duration) {
-	if perTx <= 0 {
-		perTx = (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
-	}
-	txRate := float64(rate) / float64(perTx)
-	return perTx, max(1, int(txRate*span.Seconds())), time.Duration(float64(time.Second) / txRate)
-}
-
-// produce runs SteadyProducers goroutines that write rate messages per
-// second with writer for warmup and then d, in transactions of
-// ceil(rate / SteadyTxRateMax) messages, paced by a schedule (open loop: a
-// late producer does not wait, it catches up); perTx 0 means as few as
-// SteadyTxRateMax allows (see txShape). measure, if not nil, is
-// called when the warm-up ends; committed, if not nil, with the IDs of
-// every transaction and the time its Commit returned. It returns the
-// messages written and how long it took.
-func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, rate, perTx int, warmup, d time.Duration, measure func(), committed func(ids []string, t time.Time)) (int, time.Duration, error) {
-	perTx, txs, interval := txShape(rate, perTx, warmup+d)
-	var next, seq atomic.Int64
-	start := time.Now()
-	if measure != nil {
-		t := time.AfterFunc(warmup, measure)
-		defer t.Stop()
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for range SteadyProducers {
-		g.Go(func() error {
-			msgs := make([]outbox.Message, perTx)
-			ids := make([]string, perTx)
-			for {
-				j := next.Add(1) - 1
-				if j >= int64(txs) {
-					return nil
-				}
-				if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
-					t := time.NewTimer(wait)
-					select {
-					case <-gctx.Done():
-						t.Stop()
-						return gctx.Err()
-					case <-t.C:
-					}
-				}
-				for i := range msgs {
-					msgs[i] = env.message(k, int(seq.Add(1)-1))
-					msgs[i].ID = outbox.NewID()
-					ids[i] = msgs[i].ID
-				}
-				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return writer.Write(gctx, tx, msgs...) })
-				if err != nil {
-					return fmt.Errorf("bench: steady: write: %w", err)
-				}
-				if committed != nil {
-					committed(ids, time.Now())
-				}
-			}
-		})
-	}
-	err := g.Wait()
-	return txs * perTx, time.Since(start), err
-}
-
-func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, wal bool) (*Latency, RunResult, error) {
 	if rate <= 0 {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
 	}
 	perTx, txs, _ := txShape(rate, 0, warmup+d)
 	n := txs * perTx
-
-	var (
-		store  outbox.Store
-		left   func() (int64, error)
-		writer = env.writer
-	)
-	if wal {
-		k0 := k
-		k0.Messages = 0
-		ws, cleanup, err := env.prepareWAL(ctx, k0)
-		if err != nil {
-			return nil, RunResult{}, err
-		}
-		defer cleanup()
-		store, writer = ws, ws.Writer()
-		left = func() (int64, error) { return int64(ws.Stats().Buffered), nil }
-	} else {
-		if err := env.prepareOurs(ctx, k, 0); err != nil {
-			return nil, RunResult{}, err
-		}
-		ts, err := env.openStore()
-		if err != nil {
-			return nil, RunResult{}, err
-		}
-		defer ts.Close()
-		store = ts
-		left = func() (int64, error) { return env.leftOurs(ctx) }
+	k0 := k
+	k0.Messages = 0
+	ws, cleanup, err := env.prepareWAL(ctx, k0)
+	if err != nil {
+		return nil, RunResult{}, err
 	}
+	defer cleanup()
+	store, writer := ws, ws.Writer()
+	left := func() (int64, error) { return int64(ws.Stats().Buffered), nil }
 	env.meter.start("starting", n)
 	if err := env.Broker.Reset(ctx); err != nil {
 		return nil, RunResult{}, err
@@ -263,21 +168,82 @@ func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	return l, r, nil
 }
 
+// txShape returns the messages per producer transaction at rate (perTx,
+// or with 0 the fewest that keep the transactions at SteadyTxRateMax per
+// second at most), the transactions of span and their interval.
+func txShape(rate, perTx int, span time.Duration) (_, txs int, interval time.Duration) {
+	if perTx <= 0 {
+		perTx = (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
+	}
+	txRate := float64(rate) / float64(perTx)
+	return perTx, max(1, int(txRate*span.Seconds())), time.Duration(float64(time.Second) / txRate)
+}
+
+// produce runs SteadyProducers goroutines that write rate messages per
+// second with writer for warmup and then d, in transactions of
+// ceil(rate / SteadyTxRateMax) messages, paced by a schedule (open loop: a
+// late producer does not wait, it catches up); perTx 0 means as few as
+// SteadyTxRateMax allows (see txShape). measure, if not nil, is
+// called when the warm-up ends; committed, if not nil, with the IDs of
+// every transaction and the time its Commit returned. It returns the
+// messages written and how long it took.
+func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, rate, perTx int, warmup, d time.Duration, measure func(), committed func(ids []string, t time.Time)) (int, time.Duration, error) {
+	perTx, txs, interval := txShape(rate, perTx, warmup+d)
+	var next, seq atomic.Int64
+	start := time.Now()
+	if measure != nil {
+		t := time.AfterFunc(warmup, measure)
+		defer t.Stop()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for range SteadyProducers {
+		g.Go(func() error {
+			msgs := make([]outbox.Message, perTx)
+			ids := make([]string, perTx)
+			for {
+				j := next.Add(1) - 1
+				if j >= int64(txs) {
+					return nil
+				}
+				if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
+					t := time.NewTimer(wait)
+					select {
+					case <-gctx.Done():
+						t.Stop()
+						return gctx.Err()
+					case <-t.C:
+					}
+				}
+				for i := range msgs {
+					msgs[i] = env.message(k, int(seq.Add(1)-1))
+					msgs[i].ID = outbox.NewID()
+					ids[i] = msgs[i].ID
+				}
+				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return writer.Write(gctx, tx, msgs...) })
+				if err != nil {
+					return fmt.Errorf("bench: steady: write: %w", err)
+				}
+				if committed != nil {
+					committed(ids, time.Now())
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	return txs * perTx, time.Since(start), err
+}
+
 // runSteady runs steady/wal for Run, at o.SteadyRate.
 func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
 	rate := o.SteadyRate
 	env.meter.scenario(name, 1, 1)
 	res := &Result{Scenario: name, Store: rep.Store, DB: rep.DB, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
-	run := Steady
-	if name == SteadyWALName {
-		run = SteadyWAL
-	}
 	var (
 		l   *Latency
 		r   RunResult
 		err error
 	)
-	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) { l, r, err = run(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
+	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) { l, r, err = SteadyWAL(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
 	if err != nil {
 		res.Err = err.Error()
 		return res, err

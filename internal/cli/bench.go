@@ -32,26 +32,41 @@ func newBenchCommand(a *app) *cobra.Command {
 		Long: `bench runs, in one invocation and against the same PostgreSQL and broker:
   seed-naive      the article's starting processor (no index, one publish and one UPDATE per message)
   seed-tuned      the article's final processor (covering index, SKIP LOCKED, 5 workers, batch publish, UPDATE … FROM VALUES)
-  relay/none      our relay, ordering none (SKIP LOCKED claims)
-  relay/key       our relay, ordering key (partition leases, per-key order)
-  relay/wal       our relay reading the WAL (capture wal: a logical replication slot)
+  relay/none      our relay, ordering none (SKIP LOCKED claims): one outbox relay process
+  relay/key       our relay, ordering key (partition leases, per-key order): one outbox relay process
+  relay/wal       our relay reading the WAL (capture wal: a logical replication slot), in the bench's process
   ceiling/store   the backlog drained by plain SELECT + DELETE, no broker
   ceiling/wal     the backlog captured from the WAL (a logical slot) and settled, no broker
   ceiling/broker  the same messages published with confirmations, no store
   scaling/w1…w8   relay/key with 1, 2, 4, 8 workers on 10,000 messages, next to the ADR's figures
+  relays/1…3      1, 2, 3 outbox relay processes (ordering key) draining one backlog
   writer/table-tx1, writer/wal-tx1, writer/table-tx10, writer/wal-tx10
                   8 producers alone writing transactions of 1 or 10 messages
                   into the table or into the WAL (50,000 messages at most)
-  steady          producers at a fixed rate while relay/key runs: commit→ack latency
-  steady/wal      the same with the WAL capture: producers emit into the WAL, relay/wal runs
+  steady/key@1000, steady/none@1000, steady/key@5000, steady/none@5000
+                  producers committing 10 messages per transaction at the
+                  rate, first alone, then with one outbox relay process:
+                  commit→receive latency, CPU per process, the PostgreSQL
+                  CPU and statements the relay adds
+  idle            one outbox relay process with nothing to do (--idle-duration)
+  steady/wal      producers emitting into the WAL at --steady-rate while relay/wal runs: commit→ack
 Drain scenarios run --runs times each, alternating (round-robin). The table
-shows the median, min–max, the ratio to seed-tuned and the sources' published
-figures, then the issue's targets with ✓/✗.
+shows the median, min–max, the ratio to seed-tuned, the CPU µs per message
+of each process (PostgreSQL, the broker, the relay; the producers where
+they run) and the sources' published figures, then issue #12's targets
+with ✓/✗. The relay runs as the real outbox relay process (this binary,
+re-executed), so that its CPU is its own.
 
 Without --store a throwaway PostgreSQL server is started from the local
-binaries; without --broker an embedded NATS server (JetStream, file storage).
-With --store the bench works in schemas of its own (outbox_bench_*), dropped
-at the end.
+binaries: durable (fsync, synchronous_commit and full_page_writes on), or
+with --fast-db fsync and full_page_writes off; pg_stat_statements is
+loaded, and each run's top statements are read (--statements prints them;
+--json always has them). Every table says which database it ran on.
+Without --broker the bench starts its broker as a process of its own (this
+binary, re-executed: the embedded NATS server, JetStream file storage), so
+that its CPU is measured apart; with --broker nats://… it uses that server
+and cannot measure its CPU. With --store the bench works in schemas of its
+own (outbox_bench_*), dropped at the end.
 
 With --store dynamodb://TABLE?endpoint=…&region=… only the DynamoDB scenarios
 run (the ones above are PostgreSQL-only; selecting one is a usage error):
@@ -69,9 +84,13 @@ TABLE_bench_<random>_adr, and drops them at the end.
 
 On RabbitMQ (--broker amqp://…) the bench declares a durable queue of its own
 bound to the exchange: classic by default, a quorum queue with
---amqp-queue-type quorum.`,
+--amqp-queue-type quorum. The steady scenarios need NATS (they subscribe to
+the stream to time each message's arrival).`,
 		Example: `  outbox bench
   outbox bench --scenarios 'relay/*' --messages 50000 --runs 1
+  outbox bench --scenarios 'relay/key,relay/none,seed-tuned,ceiling/*' --statements
+  outbox bench --scenarios 'steady/*,idle,relays/*' --runs 1
+  outbox bench --fast-db --scenarios 'relay/*'
   outbox bench --store postgres://postgres@localhost:5432/bench --broker nats://localhost:4222 --json
   outbox bench --store 'dynamodb://bench?endpoint=http://127.0.0.1:8000&region=us-east-1' --runs 1
   outbox bench --broker amqp://guest:guest@localhost:5672/ --amqp-queue-type quorum --scenarios 'relay/*'`,
