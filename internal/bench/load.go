@@ -314,8 +314,7 @@ func Idle(ctx context.Context, env *Env, k Knobs, d time.Duration) (*Load, error
 
 // runLoad runs a steady/ORDERING@RATE scenario or idle for Run.
 func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
-	env.meter.scenario(name, 1, 1)
-	res := &Result{Scenario: name, Store: rep.Store, Broker: rep.Broker, DB: rep.DB, Workers: k.Workers, Batch: k.Batch}
+	res := rep.startOnce(env, name, k)
 	var (
 		l   *Load
 		r   RunResult
@@ -342,11 +341,7 @@ func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, nam
 	}
 	res.Load = l
 	if name != IdleName {
-		res.Messages = r.Messages
-		res.MsgsPerSec, res.Min, res.Max = l.Achieved, l.Achieved, l.Achieved
-		res.Runs = []float64{l.Achieved}
-		res.Details = []RunResult{r}
-		res.Failed = r.Failed
+		res.once(r, l.Achieved)
 	}
 	return res, nil
 }

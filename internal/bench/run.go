@@ -272,6 +272,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, errors.Join(errs...)
 }
 
+// startOnce starts the result of a scenario that runs once, after the
+// rounds.
+func (r *Report) startOnce(env *Env, name string, k Knobs) *Result {
+	env.meter.scenario(name, 1, 1)
+	return &Result{Scenario: name, Store: r.Store, DB: r.DB, Broker: r.Broker, Workers: k.Workers, Batch: k.Batch}
+}
+
+// once records the single run r of a scenario that runs once (steady,
+// steady/wal), whose rate is achieved.
+func (res *Result) once(r RunResult, achieved float64) {
+	res.Messages = r.Messages
+	res.MsgsPerSec, res.Min, res.Max = achieved, achieved, achieved
+	res.Runs = []float64{achieved}
+	res.Details = []RunResult{r}
+	res.Failed = r.Failed
+}
+
 // finish computes the medians, ratios, the combined ceiling and targets.
 func (r *Report) finish(began time.Time) {
 	for _, res := range r.Results {

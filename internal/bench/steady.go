@@ -236,8 +236,7 @@ func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, ra
 // runSteady runs steady/wal for Run, at o.SteadyRate.
 func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
 	rate := o.SteadyRate
-	env.meter.scenario(name, 1, 1)
-	res := &Result{Scenario: name, Store: rep.Store, DB: rep.DB, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
+	res := rep.startOnce(env, name, k)
 	var (
 		l   *Latency
 		r   RunResult
@@ -248,12 +247,8 @@ func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, n
 		res.Err = err.Error()
 		return res, err
 	}
-	res.Messages = r.Messages
 	res.Latency = l
-	res.MsgsPerSec, res.Min, res.Max = l.Achieved, l.Achieved, l.Achieved
-	res.Runs = []float64{l.Achieved}
-	res.Details = []RunResult{r}
-	res.Failed = r.Failed
+	res.once(r, l.Achieved)
 	return res, nil
 }
 

@@ -148,42 +148,32 @@ func loadTargets(r *Report) []Target {
 		}
 		return atMost(name, k/n, TargetKeyOverNoneLoad, "×")
 	}
-	if r.ran(SteadyKey1000Name, SteadyNone1000Name) {
-		for _, name := range []string{SteadyKey1000Name, SteadyNone1000Name} {
+	addedPG := func(l *Load) float64 { return l.PostgresAddedMicros }
+	for _, pair := range [][2]string{{SteadyKey1000Name, SteadyNone1000Name}, {SteadyKey5000Name, SteadyNone5000Name}} {
+		key, none := pair[0], pair[1]
+		for _, name := range pair {
 			if !r.ran(name) {
 				continue
 			}
 			l := r.load(name)
-			ts = append(ts,
-				atMost(name+": PostgreSQL CPU the relay adds ≤ 0.5 × the producers' own", metric(l, added), TargetAddedPGShare, "×"),
-				atMost(name+": relay CPU ≤ 40 µs/msg", metric(l, relayCPU), TargetRelayMicros, unitMicros),
-				atMost(name+": commit→receive p99 ≤ 10 ms", metric(l, p99), TargetP99At1000Ms, "ms"),
-			)
-		}
-		if r.ran(SteadyKey1000Name) && r.ran(SteadyNone1000Name) {
-			ts = append(ts,
-				keyOverNone("PostgreSQL CPU the relay adds", SteadyKey1000Name, SteadyNone1000Name, func(l *Load) float64 { return l.PostgresAddedMicros }),
-				keyOverNone("relay CPU/msg", SteadyKey1000Name, SteadyNone1000Name, relayCPU),
-				keyOverNone("p99", SteadyKey1000Name, SteadyNone1000Name, p99),
-			)
-		}
-	}
-	if r.ran(SteadyKey5000Name, SteadyNone5000Name) {
-		for _, name := range []string{SteadyKey5000Name, SteadyNone5000Name} {
-			if !r.ran(name) {
+			if name == SteadyKey1000Name || name == SteadyNone1000Name {
+				ts = append(ts,
+					atMost(name+": PostgreSQL CPU the relay adds ≤ 0.5 × the producers' own", metric(l, added), TargetAddedPGShare, "×"),
+					atMost(name+": relay CPU ≤ 40 µs/msg", metric(l, relayCPU), TargetRelayMicros, unitMicros),
+					atMost(name+": commit→receive p99 ≤ 10 ms", metric(l, p99), TargetP99At1000Ms, "ms"),
+				)
 				continue
 			}
-			l := r.load(name)
 			ts = append(ts,
 				atLeast(fmt.Sprintf("%s: producers reach the offered rate (≥ %.2f ×)", name, TargetReachShare), metric(l, reach), TargetReachShare, "×"),
 				atMost(name+": commit→receive p99 ≤ 25 ms", metric(l, p99), TargetP99At5000Ms, "ms"),
 			)
 		}
-		if r.ran(SteadyKey5000Name) && r.ran(SteadyNone5000Name) {
+		if r.ran(key) && r.ran(none) {
 			ts = append(ts,
-				keyOverNone("PostgreSQL CPU the relay adds", SteadyKey5000Name, SteadyNone5000Name, func(l *Load) float64 { return l.PostgresAddedMicros }),
-				keyOverNone("relay CPU/msg", SteadyKey5000Name, SteadyNone5000Name, relayCPU),
-				keyOverNone("p99", SteadyKey5000Name, SteadyNone5000Name, p99),
+				keyOverNone("PostgreSQL CPU the relay adds", key, none, addedPG),
+				keyOverNone("relay CPU/msg", key, none, relayCPU),
+				keyOverNone("p99", key, none, p99),
 			)
 		}
 	}
