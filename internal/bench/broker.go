@@ -84,10 +84,11 @@ func (b *Broker) NewPublisher(ctx context.Context) (outbox.Publisher, error) {
 	return backends.OpenPublisher(ctx, b.url, backends.BrokerOptions{SubjectPrefix: b.prefix()})
 }
 
-// relayArgs are the `outbox relay` flags that publish to the bench's
-// destination.
-func (b *Broker) relayArgs() []string {
-	return []string{"--broker", b.url, "--subject-prefix", b.prefix()}
+// relayArgs are the `outbox relay` flags and environment that publish to
+// the bench's destination (the URL in the environment: it may hold
+// credentials).
+func (b *Broker) relayArgs() (args, env []string) {
+	return []string{"--subject-prefix", b.prefix()}, []string{"OUTBOX_BROKER=" + b.url}
 }
 
 // Reset empties the destination (a new stream) before a run; a no-op
@@ -163,7 +164,7 @@ func OpenBroker(ctx context.Context, rawURL string, o Options) (*Broker, error) 
 // startBrokerProcess starts `outbox bench broker-process` from the bench's binary
 // and reads the client URL it prints.
 func startBrokerProcess(ctx context.Context, o Options) (*child, string, error) {
-	c, first, err := startChild(ctx, o, "broker", BrokerCommand)
+	c, first, err := startChild(ctx, o, "broker", BrokerCommand, nil)
 	if err != nil {
 		return nil, "", err
 	}

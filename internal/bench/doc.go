@@ -22,9 +22,11 @@
 //     is held across the broker call.
 //   - relay/none, relay/key: ours, as users run it: one `outbox relay`
 //     process (the bench's own binary, os.Executable, re-executed with the
-//     relay subcommand: --store, --schema, --broker, --subject-prefix of the
-//     bench's destination, --ordering none or key, --workers, --batch,
-//     --http-addr on a free port), timed from the process's start until
+//     relay subcommand: --schema, --subject-prefix of the bench's
+//     destination, --ordering none or key, --workers, --batch, --http-addr
+//     on a free port; the store and broker URLs in OUTBOX_STORE and
+//     OUTBOX_BROKER, and no other OUTBOX_* variable of the bench's
+//     environment), timed from the process's start until
 //     the outbox is empty. Its /metrics are read every 100 ms (every 10 ms
 //     once 80% of the backlog is published; each scrape costs the relay a
 //     little CPU) until outbox_published_total reaches the backlog, then

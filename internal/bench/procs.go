@@ -70,11 +70,13 @@ func executable(o Options) (string, error) {
 	return exe, nil
 }
 
-// startChild starts the bench's binary with args (and o.ChildEnv added to
-// the environment). The first line the process prints on stdout is sent
-// on the returned channel (closed without one if it prints none); the
-// rest is discarded.
-func startChild(ctx context.Context, o Options, name string, args []string) (*child, <-chan string, error) {
+// startChild starts the bench's binary with args. Its environment is the
+// bench's without OUTBOX_* variables (which would configure the relay
+// behind the bench's back), plus env (such as OUTBOX_STORE: URLs with
+// credentials stay out of the process list) and o.ChildEnv. The first line
+// the process prints on stdout is sent on the returned channel (closed
+// without one if it prints none); the rest is discarded.
+func startChild(ctx context.Context, o Options, name string, args, env []string) (*child, <-chan string, error) {
 	exe, err := executable(o)
 	if err != nil {
 		return nil, nil, err
@@ -84,7 +86,12 @@ func startChild(ctx context.Context, o Options, name string, args []string) (*ch
 	}
 	c := &child{name: name, done: make(chan struct{})}
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), o.ChildEnv...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OUTBOX_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, env...), o.ChildEnv...)
 	cmd.Stderr = c
 	// Die with the bench.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

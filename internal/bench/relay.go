@@ -44,22 +44,24 @@ type relayProc struct {
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
 // startRelay starts `outbox relay` from the bench's binary on the bench's
-// schema and destination.
+// schema and destination (the store and broker URLs in its environment,
+// OUTBOX_STORE and OUTBOX_BROKER).
 func (e *Env) startRelay(ctx context.Context, ordering outbox.Ordering, k Knobs, node string) (*relayProc, error) {
 	port, err := servers.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	args := []string{"relay",
-		"--store", e.DSN, "--schema", e.schema,
+		"--schema", e.schema,
 		"--ordering", string(ordering),
 		"--workers", strconv.Itoa(k.Workers), "--batch", strconv.Itoa(k.Batch),
 		"--http-addr", "127.0.0.1:" + strconv.Itoa(port),
 		"--node", node,
 		"--log-level", "warn",
 	}
-	args = append(args, e.Broker.relayArgs()...)
-	c, _, err := startChild(ctx, e.opts, "relay "+node, args)
+	bargs, benv := e.Broker.relayArgs()
+	env := append([]string{"OUTBOX_STORE=" + e.DSN}, benv...)
+	c, _, err := startChild(ctx, e.opts, "relay "+node, append(args, bargs...), env)
 	if err != nil {
 		return nil, err
 	}
