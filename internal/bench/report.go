@@ -413,7 +413,7 @@ func (r *Report) relayInternals() string {
 		return ""
 	}
 	_ = tw.Flush()
-	return "\n" + b.String()
+	return fmt.Sprintf("\nrelay internals [%s database]: its fetches, publish calls and settles (the relay process's /metrics; relay/wal and steady/wal: its hook)\n", r.DB) + b.String()
 }
 
 // medianRun returns the run whose rate is the median (the lower middle
