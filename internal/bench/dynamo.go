@@ -407,13 +407,13 @@ func runDynamo(ctx context.Context, o Options, names []string, messagesDefaulted
 	}
 	defer env.Close()
 	storeName := env.describe()
-	rep := &Report{Store: storeName, Broker: broker.Name, Options: o, dynamo: &dynamoNotes{messagesDefaulted: messagesDefaulted}}
+	rep := &Report{Store: storeName, Broker: broker.Name, DB: DBExternal, Options: o, dynamo: &dynamoNotes{messagesDefaulted: messagesDefaulted}}
 	stopProgress := startProgress(o, m)
 	defer stopProgress()
 
 	var errs []error
 	if slices.Contains(names, DynamoRelayKeyName) {
-		res := &Result{Scenario: DynamoRelayKeyName, Store: storeName, Broker: broker.Name, Workers: o.Workers, Batch: o.Batch, Messages: o.Messages,
+		res := &Result{Scenario: DynamoRelayKeyName, Store: storeName, DB: DBExternal, Broker: broker.Name, Workers: o.Workers, Batch: o.Batch, Messages: o.Messages,
 			DynamoDB: &DynamoRequests{Requests: []int64{}, ConsumedCapacity: []float64{}, Operations: map[string]dynamodb.OpStats{}}}
 		rep.Results = append(rep.Results, res)
 		k := Knobs{Messages: o.Messages, Payload: o.Payload, Keys: o.Keys, Batch: o.Batch, Workers: o.Workers}

@@ -30,12 +30,12 @@ func TestRunDynamoDB(t *testing.T) {
 	const scanConcurrency = 3
 	storeURL := "dynamodb://" + table + "?endpoint=" + endpoint + "&region=" + testenv.DynaliteRegion + "&scan_concurrency=3"
 	var notices bytes.Buffer
-	rep, err := Run(ctx, Options{
+	rep, err := Run(ctx, children(Options{
 		Store: storeURL, Broker: srv.ClientURL(),
 		Messages: 300, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
 		OutstandingBacklog: 200,
 		Notices:            &notices,
-	})
+	}))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
