@@ -152,7 +152,6 @@ func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	if env.Broker.receive == nil {
 		return nil, RunResult{}, fmt.Errorf("bench: the steady scenarios measure commit→receive with a subscriber on the broker, which the bench has for NATS only (--broker %s)", scheme(env.Broker.url))
 	}
-	k.Keys = max(1, k.Keys)
 	if err := env.prepareOurs(ctx, k, 0); err != nil {
 		return nil, RunResult{}, err
 	}
@@ -327,8 +326,7 @@ func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, nam
 		}
 		for _, s := range loadScenarios {
 			if s.name == name {
-				kk := k
-				l, r, err = SteadyLoad(ctx, env, kk, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration)
+				l, r, err = SteadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration)
 			}
 		}
 	})
