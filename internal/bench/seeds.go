@@ -175,7 +175,9 @@ func SeedNaive(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	sel, upd, updErr := seedNaiveSelect(table), seedNaiveUpdate(table), seedNaiveUpdateError(table)
 
 	var failed int64
+	cpu := newCPUMeter(ctx, env)
 	tctx, untimed := timed(ctx)
+	cpu.begin()
 	start := time.Now()
 	for {
 		done, f, err := naiveBatch(tctx, env, pub, sel, upd, updErr)
@@ -190,6 +192,7 @@ func SeedNaive(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		env.meter.done.Add(int64(done))
 	}
 	r := newRun(n, time.Since(start))
+	r.setCPU(cpu.end(), benchRelays)
 	untimed()
 	r.Failed = failed
 	if r.Left, err = env.leftSeed(ctx, env.naiveSchema); err != nil {
@@ -283,7 +286,9 @@ func SeedTuned(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		return s
 	}
 
+	cpu := newCPUMeter(ctx, env)
 	tctx, untimed := timed(ctx)
+	cpu.begin()
 	start := time.Now()
 	g, gctx := errgroup.WithContext(tctx)
 	for range SeedTunedWorkers {
@@ -305,6 +310,7 @@ func SeedTuned(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	err = g.Wait()
 	r := newRun(n, time.Since(start))
+	r.setCPU(cpu.end(), benchRelays)
 	untimed()
 	if err != nil {
 		return RunResult{}, err
