@@ -271,8 +271,12 @@ func waitRelayReady(ctx context.Context, relay *relayProc, ordering outbox.Order
 	return nil
 }
 
+// idleSettle is how long the idle scenario lets the relay start before
+// it measures.
+const idleSettle = 5 * time.Second
+
 // Idle runs one `outbox relay` process (ordering key) on an empty outbox
-// for d after it is ready, and measures its CPU, PostgreSQL's and the
+// for d, from idleSettle after it is ready, and measures its CPU, PostgreSQL's and the
 // statements per second (pg_stat_statements: every statement is the
 // relay's, nothing else runs).
 func Idle(ctx context.Context, env *Env, k Knobs, d time.Duration) (*Load, error) {
@@ -286,6 +290,14 @@ func Idle(ctx context.Context, env *Env, k Knobs, d time.Duration) (*Load, error
 	defer func() { _ = relay.stop() }()
 	if err := waitRelayReady(ctx, relay, outbox.OrderingKey); err != nil {
 		return nil, err
+	}
+	// Past its start-up: a relay's first lease rounds come every 200 ms
+	// (so that relays started together share at once), and its first poll
+	// and backlog measure come at once. Idle is what follows.
+	select {
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-time.After(idleSettle):
 	}
 	env.meter.start("idle", int(d.Seconds()))
 	use := newCPUMeter(ctx, env)
