@@ -71,15 +71,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		// fetches and settles beside its publishing, plus the heartbeat.
 		cfg.MaxConns = max(cfg.MaxConns, PoolMaxConnsDefault)
 	}
-	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		// The relay runs the same few statements thousands of times a
-		// second with arrays of different lengths; PostgreSQL's default
-		// planned the fetch anew on almost every call (0.35 ms of planning
-		// against 0.06 ms of execution at a steady 1,000 messages/s). The
-		// generic plans are the ones the custom plans pick (checked by
-		// TestQueryPlans, TestBacklogPlans). A URL parameter plan_cache_mode=auto undoes it.
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: create pool: %w", err)
