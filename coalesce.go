@@ -172,7 +172,7 @@ func (r *Relay) fetchMerged(ctx context.Context, calls []fetchCall) []fetchOut {
 		var recs []Record
 		var mark string
 		var err error
-		if mf := r.caps.marked; mf != nil {
+		if mf := r.caps.marked; r.caps.late == lateMarked {
 			recs, mark, err = mf.FetchMarked(ctx, cursors, limit)
 		} else {
 			recs, err = r.store.Fetch(ctx, cursors, limit)

@@ -78,12 +78,11 @@ func (r *Relay) pollInterval() time.Duration {
 }
 
 // listen forwards store notifications to the workers, resubscribing after
-// failures (meanwhile the workers poll). A PartitionNotifier's
-// notifications reach only the workers owning the partitions written.
+// failures (meanwhile the workers poll). Notifications naming partitions
+// reach only the workers owning them; nil means any partition.
 func (r *Relay) listen(ctx context.Context) {
-	pn, n := r.caps.partNotifier, r.caps.notifier
-	byPartition, plain := pn != nil, n != nil
-	if !byPartition && !plain {
+	pn := r.caps.notifier
+	if pn == nil {
 		return
 	}
 	for first := true; ctx.Err() == nil; first = false {
@@ -91,25 +90,14 @@ func (r *Relay) listen(ctx context.Context) {
 			// Writes committed while unsubscribed were not notified.
 			r.notifyAll()
 		}
-		var err error
 		r.listening.Store(true)
-		if byPartition {
-			err = pn.SubscribePartitions(ctx, func(ps []int) {
-				if ps == nil {
-					r.notifyAll()
-				} else {
-					r.notifyPartitions(ps)
-				}
-			})
-		} else {
-			var ch <-chan struct{}
-			if ch, err = n.Subscribe(ctx); err == nil {
-				r.notifyAll() // subscribed: what committed before was not announced
-				for range ch {
-					r.notifyAll()
-				}
+		err := pn.SubscribePartitions(ctx, func(ps []int) {
+			if ps == nil {
+				r.notifyAll()
+			} else {
+				r.notifyPartitions(ps)
 			}
-		}
+		})
 		r.listening.Store(false)
 		if err != nil && ctx.Err() == nil {
 			r.log.Debug("subscription failed; polling", "err", err)

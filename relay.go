@@ -359,22 +359,38 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // capabilities are the optional abilities of the store and publisher,
 // decided once in NewRelay: no type assertion on a hot path.
 type capabilities struct {
-	marked        MarkedFetcher     // late commits come with the fetch (nil: none)
-	commitOrdered bool              // nothing commits below a cursor: no sweep
-	cleaner       Cleaner           // retention cleanup (nil: none)
-	partNotifier  PartitionNotifier // notifications name partitions (nil: none)
-	notifier      Notifier          // plain notifications (nil: none)
-	unordered     UnorderedStore    // Ordering none (nil: unsupported)
-	health        HealthChecker     // the publisher's broker health (nil: unknown)
+	late      lateMode          // how records committing below a cursor are found
+	marked    MarkedFetcher     // with lateMarked: the store's fetch with marks
+	notifier  PartitionNotifier // notifications, by partition or nil for any (nil: none)
+	cleaner   Cleaner           // retention cleanup (nil: none)
+	unordered UnorderedStore    // Ordering none (nil: unsupported)
+	health    HealthChecker     // the publisher's broker health (nil: unknown)
 }
+
+// lateMode is the store's one answer to records that commit below a
+// worker's cursor (a transaction that drew its sequence numbers before
+// others but committed after them).
+type lateMode uint8
+
+const (
+	lateSweep         lateMode = iota // workers sweep below their cursors every SweepInterval
+	lateMarked                        // the fetch returns them (MarkedFetcher); a sweep every 30 s at most, as a safety net
+	lateCommitOrdered                 // none can (CommitOrdered): no sweep
+)
 
 func capsOf(store Store, pub Publisher) capabilities {
 	var c capabilities
-	c.marked, _ = store.(MarkedFetcher)
-	_, c.commitOrdered = store.(CommitOrdered)
+	if _, ok := store.(CommitOrdered); ok {
+		c.late = lateCommitOrdered
+	} else if mf, ok := store.(MarkedFetcher); ok {
+		c.late, c.marked = lateMarked, mf
+	}
+	if pn, ok := store.(PartitionNotifier); ok {
+		c.notifier = pn
+	} else if n, ok := store.(Notifier); ok {
+		c.notifier = anyPartition{n}
+	}
 	c.cleaner, _ = store.(Cleaner)
-	c.partNotifier, _ = store.(PartitionNotifier)
-	c.notifier, _ = store.(Notifier)
 	c.unordered, _ = store.(UnorderedStore)
 	c.health, _ = pub.(HealthChecker)
 	return c
@@ -383,12 +399,31 @@ func capsOf(store Store, pub Publisher) capabilities {
 // sweepEvery reports whether workers must sweep below their cursors, and how
 // often at least: stores with marks only as a safety net.
 func (c capabilities) sweepEvery(cfg Config) (every time.Duration, ok bool) {
-	switch {
-	case c.commitOrdered:
+	switch c.late {
+	case lateCommitOrdered:
 		return 0, false
-	case c.marked != nil:
+	case lateMarked:
 		return max(cfg.SweepInterval, markedSweepInterval), true
 	default:
 		return cfg.SweepInterval, true
 	}
+}
+
+// anyPartition serves a plain Notifier as a PartitionNotifier whose every
+// notification is "any partition", so the relay has one notification path.
+type anyPartition struct{ n Notifier }
+
+func (a anyPartition) SubscribePartitions(ctx context.Context, fn func([]int)) error {
+	ch, err := a.n.Subscribe(ctx)
+	if err != nil {
+		return err
+	}
+	fn(nil) // subscribed: what committed before was not announced
+	for range ch {
+		fn(nil)
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.New("outbox: the store's notification channel closed")
 }

@@ -619,3 +619,26 @@ func TestOrderingNoneNotificationWakesOneWorker(t *testing.T) {
 		t.Fatalf("%d messages took %d claims, want at most %d", n, claims, 2*n)
 	}
 }
+
+// plainNotifying exposes only Store and the plain Notifier of a memstore.
+type plainNotifying struct {
+	outbox.Store
+	outbox.Notifier
+}
+
+// A store with plain notifications only (no partitions named) still wakes
+// the relay: it serves them as "any partition".
+func TestRelayWithPlainNotifier(t *testing.T) {
+	ms := memstore.New(4, nil)
+	st := plainNotifying{Store: ms, Notifier: ms}
+	cfg := fastConfig()
+	cfg.PollInterval = time.Hour // only notifications can wake it
+	b := &broker{}
+	startRelay(t, st, b, cfg)
+	for i := range 5 {
+		if err := ms.Write(context.Background(), outbox.Message{Topic: "t", Key: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "delivered", 10*time.Second, func() bool { return len(b.delivered()) == i+1 })
+	}
+}

@@ -192,7 +192,10 @@ type Claim interface {
 
 // Notifier is implemented by stores that can signal new writes (LISTEN/NOTIFY
 // in PostgreSQL). The relay polls as well, so a notification is only a
-// latency hint.
+// latency hint. A store that can name the partitions written implements
+// PartitionNotifier instead (the relay prefers it); the relay serves a
+// Notifier as a PartitionNotifier whose every notification is nil, "any
+// partition".
 type Notifier interface {
 	// Subscribe returns a channel that receives a value, coalesced, when
 	// messages may have been written. It is closed when ctx ends or the

@@ -341,7 +341,7 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
 	}
-	if len(w.parts) > 0 && w.r.caps.marked == nil && !w.r.caps.commitOrdered && !w.sweeping {
+	if len(w.parts) > 0 && w.r.caps.late == lateSweep && !w.sweeping {
 		d = min(d, max(0, w.lastSweep.Add(w.r.cfg.SweepInterval).Sub(now)))
 	}
 	// A retry coming due matters only if build can take it then: not with
