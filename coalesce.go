@@ -183,6 +183,10 @@ func (r *Relay) fetchMerged(ctx context.Context, calls []fetchCall) []fetchOut {
 		if err != nil {
 			continue
 		}
+		if len(idx) == 1 {
+			out[idx[0]].recs = recs // one caller: no copy
+			continue
+		}
 		for _, rec := range recs {
 			if i, ok := owner[rec.Partition]; ok {
 				out[i].recs = append(out[i].recs, rec)
