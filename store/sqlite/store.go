@@ -55,6 +55,11 @@ type Store struct {
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // prepared on db, by query text
 
+	// fetchMu guards fetchTexts, the Fetch statements by limit (see
+	// fetchQuery).
+	fetchMu    sync.Mutex
+	fetchTexts map[int]*[len(cursorGroups)]string
+
 	// claimMu serialises ClaimUnordered and the end of claims; claimed holds
 	// the IDs of the records of open claims.
 	claimMu sync.Mutex

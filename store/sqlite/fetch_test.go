@@ -1,0 +1,99 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// TestFetchLimits checks Fetch with more distinct limits than it keeps
+// literal statements for (the rest bind the limit), and with cursor counts
+// that fill, pad and span the UNION ALL groups.
+func TestFetchLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{Partitions: 20})
+	// Keys spread over the partitions; count what each partition holds.
+	var msgs []outbox.Message
+	for i := range 400 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprint("key-", i), Payload: []byte("{}")})
+	}
+	if err := b.write(t, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	held := map[int]int{}
+	for _, r := range b.all(t) {
+		held[r.Partition]++
+	}
+	for limit := 1; limit <= maxLiteralLimits+4; limit++ {
+		for _, n := range []int{1, 3, 16, 20} {
+			cursors := make([]outbox.Cursor, n)
+			for i := range cursors {
+				// Partitions 0 and 1 move between the slots.
+				cursors[i] = outbox.Cursor{Lease: outbox.Lease{Partition: (i + limit) % 20}}
+			}
+			recs, err := b.store.Fetch(b.ctx, cursors, limit)
+			if err != nil {
+				t.Fatalf("Fetch(%d cursors, limit %d): %v", n, limit, err)
+			}
+			got := map[int]int{}
+			for _, r := range recs {
+				got[r.Partition]++
+			}
+			for _, c := range cursors {
+				if want := min(limit, held[c.Partition]); got[c.Partition] != want {
+					t.Errorf("Fetch(%d cursors, limit %d): partition %d gave %d records, want %d", n, limit, c.Partition, got[c.Partition], want)
+				}
+				delete(got, c.Partition)
+			}
+			if len(got) > 0 {
+				t.Errorf("Fetch(%d cursors, limit %d): records of partitions not asked for: %v", n, limit, got)
+			}
+		}
+	}
+}
+
+// BenchmarkFetchRebind fetches 16 partitions again and again with new
+// cursors, partitions 0 and 1 moving between the statement's slots and
+// fewer cursors than slots now and then, as a relay's workers do. With a
+// bound "partition = ?" and "LIMIT ?", SQLite re-prepared the statement on
+// most calls: about 0.5 ms each, against 15 µs (2 cores, idle).
+func BenchmarkFetchRebind(b *testing.B) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "outbox.db"), Options{Partitions: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var msgs []outbox.Message
+	for i := range 640 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprint("key-", i), Payload: []byte("{}")})
+	}
+	if err := s.Write(ctx, tx, msgs...); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	cursors := make([]outbox.Cursor, 16)
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range cursors {
+			// After past the last record: the statement's own cost,
+			// not the records'.
+			cursors[j] = outbox.Cursor{Lease: outbox.Lease{Partition: (i + j) % 16}, After: 1_000_000 + int64(i%5)}
+		}
+		if _, err := s.Fetch(ctx, cursors[:16-i%3], 100); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
