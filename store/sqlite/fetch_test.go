@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -95,5 +96,31 @@ func BenchmarkFetchRebind(b *testing.B) {
 		if _, err := s.Fetch(ctx, cursors[:16-i%3], 100); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestWriteOtherHandle: Write in a transaction of another *sql.DB on the
+// same file (the store's prepared INSERT belongs to the store's own) still
+// writes.
+func TestWriteOtherHandle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db2, err := sql.Open("sqlite", b.path+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	tx, err := db2.BeginTx(b.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Write(b.ctx, tx, outbox.Message{Topic: "t", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(b.all(t)); n != 1 {
+		t.Fatalf("%d records, want 1", n)
 	}
 }

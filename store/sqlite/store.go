@@ -35,8 +35,8 @@ const maxIdleConns = 8
 
 // Store is the relay side of an SQLite outbox, and writes messages with
 // [Store.Write]. It implements outbox.Store, outbox.UnorderedStore,
-// outbox.Notifier, outbox.Cleaner, outbox.StatusReader and
-// outbox.DeadLetterStore.
+// outbox.Notifier, outbox.PartitionNotifier, outbox.Cleaner,
+// outbox.StatusReader and outbox.DeadLetterStore.
 //
 // A Store is safe for concurrent use. Every method does one round of work
 // (one transaction at most) and never retries; the relay retries.
