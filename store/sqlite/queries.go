@@ -41,7 +41,9 @@ type queries struct {
 	unsetGroups [len(cursorGroups)]string
 	claim       string
 
-	leaseOf string
+	// leasesOf ends with "partition IN (": the caller adds the
+	// placeholders and ")".
+	leasesOf string
 	// The Delivered statements end with "id IN (": the caller adds the
 	// placeholders and ")". The *Part forms also take a partition.
 	deleteIn      string
@@ -107,7 +109,7 @@ func newQueries(n names) queries {
 		claim: "SELECT " + recordColumns + " FROM " + m +
 			" WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= ?) ORDER BY seq",
 
-		leaseOf:       "SELECT owner, epoch FROM " + n.leases + " WHERE partition = ?",
+		leasesOf:      "SELECT partition, owner, epoch FROM " + n.leases + " WHERE partition IN (",
 		deleteIn:      "DELETE FROM " + m + " WHERE published_at IS NULL AND id IN (",
 		deleteInPart:  "DELETE FROM " + m + " WHERE partition = ? AND published_at IS NULL AND id IN (",
 		publishIn:     "UPDATE " + m + " SET published_at = ? WHERE published_at IS NULL AND id IN (",
