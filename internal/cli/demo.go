@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,8 +21,9 @@ import (
 
 func newDemoCommand(a *app) *cobra.Command {
 	var (
-		o      demo.Options
-		asJSON bool
+		o          demo.Options
+		asJSON     bool
+		cpuProfile string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -54,6 +57,7 @@ The command exits 1 if any message arrived out of order.`,
 	fs.IntVar(&o.Producers, "producers", demo.ProducersDefault, "goroutines placing orders")
 	fs.IntVar(&o.Workers, "workers", demo.WorkersDefault, "relay workers")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout (progress goes to stderr)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof -top FILE)")
 
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		if err := a.checkDemo(o); err != nil {
@@ -65,6 +69,17 @@ The command exits 1 if any message arrived out of order.`,
 			o.Out = a.env.Stderr
 		}
 		o.Terminal = a.env.IsTerminal(o.Out)
+		if cpuProfile != "" {
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return usagef("%s: %v", a.flagRef("cpuprofile"), err)
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("start the CPU profile: %w", err)
+			}
+			defer pprof.StopCPUProfile()
+		}
 		sum, err := demo.Run(ctx, o)
 		if err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
 			return err
