@@ -160,7 +160,8 @@ type Summary struct {
 	// OrderRate is the rate achieved: Orders / Producing, orders per
 	// second.
 	OrderRate float64 `json:"order_rate"`
-	// Producing is how long the producers placed orders.
+	// Producing is how long the producers placed orders: Options.Duration,
+	// or less if the run was cut short.
 	Producing time.Duration `json:"producing_ns"`
 	// Elapsed runs from the first order to the last consumed message.
 	Elapsed time.Duration `json:"elapsed_ns"`
@@ -361,7 +362,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	defer stopProducing()
 	var limiter *rate.Limiter
 	if o.Rate > 0 {
-		limiter = rate.NewLimiter(rate.Limit(o.Rate), max(1, o.Producers))
+		limiter = newLimiter(o.Rate, o.Producers, time.Now())
 	}
 	var wg sync.WaitGroup
 	for i := range o.Producers {
@@ -395,9 +396,12 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	endProgress()
 
 	sum := c.summary(start)
-	sum.RequestedRate, sum.Producing = o.Rate, producing
-	if producing > 0 {
-		sum.OrderRate = float64(sum.Orders) / producing.Seconds()
+	// The orders in progress when producing stopped may finish after
+	// o.Duration: the rate is over the requested duration, or less if
+	// the run was cut short.
+	sum.RequestedRate, sum.Producing = o.Rate, min(producing, o.Duration)
+	if sum.Producing > 0 {
+		sum.OrderRate = float64(sum.Orders) / sum.Producing.Seconds()
 	}
 	sum.judge()
 	fmt.Fprintln(o.Out)
@@ -408,6 +412,23 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		runErr = ctx.Err()
 	}
 	return sum, runErr
+}
+
+// catchUp is how far behind the requested rate the producers may fall
+// (all of them stalled: waiting for the database, or for the CPU on a busy
+// machine) and still make it up afterwards.
+const catchUp = 100 * time.Millisecond
+
+// newLimiter returns the producers' limiter: perSecond orders per second,
+// starting empty at now, and holding up to catchUp of orders (at least one
+// per producer) while the producers cannot take them. Without the catch-up,
+// every stall longer than a few orders' time was lost for good, and even
+// 100 orders/s fell short on a loaded machine.
+func newLimiter(perSecond, producers int, now time.Time) *rate.Limiter {
+	burst := max(1, producers, int(time.Duration(perSecond)*catchUp/time.Second))
+	l := rate.NewLimiter(rate.Limit(perSecond), burst)
+	l.AllowN(now, burst) // start empty: no burst of orders at the start
+	return l
 }
 
 // waitDrained waits until every written message has been consumed, at most
