@@ -7,9 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
-	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -72,17 +70,11 @@ The command exits 1 if any message arrived out of order.`,
 			o.Out = a.env.Stderr
 		}
 		o.Terminal = a.env.IsTerminal(o.Out)
-		if cpuProfile != "" {
-			f, err := os.Create(cpuProfile)
-			if err != nil {
-				return usagef("%s: %v", a.flagRef("cpuprofile"), err)
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return fmt.Errorf("start the CPU profile: %w", err)
-			}
-			defer pprof.StopCPUProfile()
+		stopProfile, err := a.startCPUProfile(cpuProfile)
+		if err != nil {
+			return err
 		}
+		defer stopProfile()
 		sum, err := demo.Run(ctx, o)
 		if err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
 			return err
