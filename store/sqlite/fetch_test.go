@@ -116,3 +116,62 @@ func TestWriteOtherHandle(t *testing.T) {
 		t.Fatalf("%d records, want 1", n)
 	}
 }
+
+// TestCachedStatements: a connection of Open runs a text starting with
+// cacheMarker on its prepared statement, and unprepared while rows of that
+// statement are still open.
+func TestCachedStatements(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c, err := b.store.DB().Conn(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	query := cacheMarker + "SELECT ?"
+	read := func(rows *sql.Rows) int {
+		t.Helper()
+		var v int
+		if !rows.Next() {
+			t.Fatalf("no row: %v", rows.Err())
+		}
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	outer, err := c.QueryContext(b.ctx, query, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.QueryContext(b.ctx, query, 2) // the statement is busy
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := read(outer), read(inner); a != 1 || b != 2 {
+		t.Fatalf("read %d and %d, want 1 and 2", a, b)
+	}
+	outer.Close()
+	inner.Close()
+	for want := 3; want < 6; want++ {
+		rows, err := c.QueryContext(b.ctx, query, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := read(rows); got != want {
+			t.Fatalf("read %d, want %d", got, want)
+		}
+		rows.Close()
+	}
+	if _, err := c.ExecContext(b.ctx, cacheMarker+"UPDATE "+b.store.n.leases+" SET epoch = epoch WHERE partition = ?", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Raw(func(dc any) error {
+		if n := len(dc.(*conn).stmts); n != 2 {
+			t.Errorf("%d statements kept prepared, want 2", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

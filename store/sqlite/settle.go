@@ -68,7 +68,7 @@ func (s *Store) heldLeases(ctx context.Context, c *sql.Conn, node string, settle
 	held := make(map[int]int64, len(parts))
 	for len(parts) > 0 {
 		n := min(len(parts), maxVariables)
-		rows, err := c.QueryContext(ctx, s.q.leasesOf+placeholders(n)+")", parts[:n]...)
+		rows, err := c.QueryContext(ctx, cacheMarker+s.q.leasesOf+placeholders(n)+")", parts[:n]...)
 		if err != nil {
 			return nil, err
 		}
@@ -113,6 +113,11 @@ func (a *applier) close() {
 }
 
 func (a *applier) exec(ctx context.Context, query string, args ...any) error {
+	if a.s.gate != nil {
+		// A database of Open: its connections keep the text prepared.
+		_, err := a.c.ExecContext(ctx, cacheMarker+query, args...)
+		return err
+	}
 	st, ok := a.stmts[query]
 	if !ok {
 		var err error
