@@ -115,19 +115,22 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 
 // Close ends the subscriptions, waits for their goroutines, and closes the
 // pool if Open created it. Open claims must be settled or released before.
-// Close is idempotent; calls after it return outbox.ErrClosed.
-func (s *Store) Close() {
+// Close is idempotent; calls after it return outbox.ErrClosed. It returns
+// nil: the error is there for the interface every store and publisher
+// shares, Close() error.
+func (s *Store) Close() error {
 	s.subMu.Lock()
 	already := s.closed.Swap(true)
 	s.subMu.Unlock()
 	if already {
-		return
+		return nil
 	}
 	s.cancel()
 	s.wg.Wait()
 	if s.ownPool {
 		s.pool.Close()
 	}
+	return nil
 }
 
 // Pool returns the store's connection pool, for the application's own
