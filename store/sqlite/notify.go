@@ -128,6 +128,9 @@ func (b *broadcaster) subscribePartitions(ctx context.Context, fn func([]int)) e
 	b.psubs[ps] = struct{}{}
 	done := b.done
 	b.mu.Unlock()
+	// Subscribed: what committed before was not announced, so the first
+	// call says "any partition".
+	ps.add(nil)
 	defer func() {
 		b.mu.Lock()
 		delete(b.psubs, ps)
@@ -180,11 +183,13 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 
 // SubscribePartitions implements outbox.PartitionNotifier, which the relay
 // prefers to Subscribe: it calls fn, from one goroutine, with the
-// partitions written by the transactions notified as for Subscribe (nil
-// after a requeue of dead letters: any partition), so that the relay wakes
-// only the workers owning them and they fetch only those partitions.
-// Writes committed while fn runs are passed together to its next call. It
-// returns nil when ctx ends or the store is closed.
+// partitions written by the transactions notified as for Subscribe, so
+// that the relay wakes only the workers owning them and they fetch only
+// those partitions. Its first call, once subscribed, is fn(nil) (any
+// partition: what committed before was not announced), as are calls after
+// a requeue of dead letters. Writes committed while fn runs are passed
+// together to its next call. It returns nil when ctx ends or the store is
+// closed.
 func (s *Store) SubscribePartitions(ctx context.Context, fn func(partitions []int)) error {
 	if err := s.check("subscribe"); err != nil {
 		return err

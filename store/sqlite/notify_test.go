@@ -65,6 +65,10 @@ func TestNotifyPartitions(t *testing.T) {
 	b := setup(t, Options{Partitions: 16})
 	ctx, cancel := context.WithCancel(b.ctx)
 	got, res := subscribed(t, ctx, b.store)
+	// Once subscribed: any partition (earlier writes were not announced).
+	if ps := next(t, got); ps != nil {
+		t.Fatalf("first call %v, want nil", ps)
+	}
 	keys, parts := keysIn(3, 16)
 	commit := func(rollback bool, keys ...string) {
 		t.Helper()
@@ -120,6 +124,9 @@ func TestNotifyPartitions(t *testing.T) {
 	// Closing the store ends a subscription with nil; afterwards
 	// SubscribePartitions fails with ErrClosed.
 	got, res = subscribed(t, b.ctx, b.store)
+	if ps := next(t, got); ps != nil {
+		t.Fatalf("first call %v, want nil", ps)
+	}
 	if err := b.store.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +153,9 @@ func TestNotifyPartitionsNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := subscribed(t, b.ctx, s)
+	if ps := next(t, got); ps != nil {
+		t.Fatalf("first call %v, want nil", ps)
+	}
 	keys, parts := keysIn(1, 16)
 	tx, err := s.DB().BeginTx(b.ctx, nil)
 	if err != nil {
