@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -127,17 +125,11 @@ the stream to time each message's arrival).`,
 		if bench.IsDynamoDB(o.Store) && !cmd.Flags().Changed("messages") {
 			o.Messages = 0 // Run picks DynamoMessagesDefault and says so
 		}
-		if cpuProfile != "" {
-			f, err := os.Create(cpuProfile)
-			if err != nil {
-				return usagef("%s: %v", a.flagRef("cpuprofile"), err)
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return fmt.Errorf("start the CPU profile: %w", err)
-			}
-			defer pprof.StopCPUProfile()
+		stopProfile, err := a.startCPUProfile(cpuProfile)
+		if err != nil {
+			return err
 		}
+		defer stopProfile()
 		progress := a.env.IsTerminal(a.env.Stderr)
 		if progress {
 			o.Progress = func(p bench.Progress) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,8 @@ func checkRun(t *testing.T, o Options) (Summary, string) {
 		`(?m)^throughput: +\d+ msg/s$`,
 		`(?m)^latency p50: +\S+$`,
 		`(?m)^latency p99: +\S+$`,
+		`(?m)^order rate: +\d+ orders/s \((\d+ requested|as fast as possible)\)$`,
+		`(?m)^(met the rate|fell short|as fast as possible): .*latency p99 \S+ is (above|within) the 50ms target$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("output lacks a line matching %s", re)
@@ -198,5 +201,54 @@ func TestRunCancel(t *testing.T) {
 	}
 	if sum.Orders == 0 || !strings.Contains(out.String(), "order violations: ") {
 		t.Errorf("summary after cancel: %+v", sum)
+	}
+}
+
+// TestSummaryVerdict: the summary says whether a run met the requested
+// rate and the latency target, with the figures (numbers injected, no
+// run).
+func TestSummaryVerdict(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		sum      Summary
+		short    bool
+		over     bool
+		verdict  string
+		rateLine string
+	}{
+		{"fell short", Summary{RequestedRate: 2000, OrderRate: 1840.4, LatencyP99: 63 * time.Millisecond}, true, true,
+			"fell short: 1,840 of 2,000 orders/s requested; latency p99 63ms is above the 50ms target",
+			"order rate:       1840 orders/s (2000 requested)"},
+		{"short, latency fine", Summary{RequestedRate: 12000, OrderRate: 9000, LatencyP99: 12 * time.Millisecond}, true, false,
+			"fell short: 9,000 of 12,000 orders/s requested; latency p99 12ms is within the 50ms target",
+			"order rate:       9000 orders/s (12000 requested)"},
+		{"met within tolerance", Summary{RequestedRate: 2000, OrderRate: 1985, LatencyP99: 50 * time.Millisecond}, false, false,
+			"met the rate: 2,000 orders/s requested, 1,985 placed; latency p99 50ms is within the 50ms target",
+			"order rate:       1985 orders/s (2000 requested)"},
+		{"as fast as possible", Summary{OrderRate: 1234567, LatencyP99: 2 * time.Second}, false, true,
+			"as fast as possible: 1,234,567 orders/s; latency p99 2s is above the 50ms target",
+			"order rate:       1234567 orders/s (as fast as possible)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.sum
+			s.judge()
+			if s.FellShort != c.short || s.LatencyOverTarget != c.over {
+				t.Errorf("FellShort, LatencyOverTarget = %v, %v; want %v, %v", s.FellShort, s.LatencyOverTarget, c.short, c.over)
+			}
+			if got := s.Verdict(); got != c.verdict {
+				t.Errorf("Verdict() = %q\nwant         %q", got, c.verdict)
+			}
+			var out bytes.Buffer
+			if err := s.Print(&out); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if last := lines[len(lines)-1]; last != c.verdict {
+				t.Errorf("last line of the summary = %q, want the verdict %q", last, c.verdict)
+			}
+			if !slices.Contains(lines, c.rateLine) || !slices.Contains(lines, "order violations: 0") {
+				t.Errorf("summary lacks %q or the order violations line:\n%s", c.rateLine, out.String())
+			}
+		})
 	}
 }

@@ -15,19 +15,23 @@ import (
 	"github.com/outboxrelay/outbox/store/sqlite"
 )
 
-// sqliteSchema is the order service's own tables.
+// sqliteSchema is the order service's own tables. WITHOUT ROWID keeps
+// each row in its primary key's b-tree: placing an order writes one page
+// of demo_orders instead of a table page and an index page, and every page
+// a transaction writes is written to the WAL (and later checkpointed)
+// while the other writers wait.
 const sqliteSchema = `
 CREATE TABLE demo_customers (
     id  TEXT PRIMARY KEY,
     seq INTEGER NOT NULL          -- the customer's last event sequence number
-) STRICT;
+) STRICT, WITHOUT ROWID;
 CREATE TABLE demo_orders (
     id         TEXT PRIMARY KEY,
     customer   TEXT NOT NULL,
     amount     INTEGER NOT NULL,
     stage      INTEGER NOT NULL,  -- set by the producer to 0, advanced by the consumer
     created_at INTEGER NOT NULL
-) STRICT;
+) STRICT, WITHOUT ROWID;
 `
 
 // sqliteOrders keeps everything in one SQLite file in a temporary
@@ -38,6 +42,10 @@ type sqliteOrders struct {
 	db  *sql.DB
 	in  *sqliteinbox.Inbox // the consumer's processed message IDs
 	log *slog.Logger
+	// The statements run for every order and batch, prepared once: SQLite
+	// parsing them inside each write transaction made it longer, and every
+	// other writer waits for it.
+	bumpSeq, insertOrder, advance *sql.Stmt
 }
 
 func openSQLite(ctx context.Context, log *slog.Logger) (*sqliteOrders, string, error) {
@@ -67,6 +75,20 @@ func openSQLite(ctx context.Context, log *slog.Logger) (*sqliteOrders, string, e
 		o.close()
 		return nil, "", fmt.Errorf("demo: create the inbox: %w", err)
 	}
+	for _, p := range []struct {
+		st    **sql.Stmt
+		query string
+	}{
+		{&o.bumpSeq, `INSERT INTO demo_customers (id, seq) VALUES (?, ?)
+ON CONFLICT (id) DO UPDATE SET seq = seq + excluded.seq RETURNING seq`},
+		{&o.insertOrder, `INSERT INTO demo_orders (id, customer, amount, stage, created_at) VALUES (?, ?, ?, 0, ?)`},
+		{&o.advance, `UPDATE demo_orders SET stage = max(stage, ?) WHERE id = ?`},
+	} {
+		if *p.st, err = o.db.PrepareContext(ctx, p.query); err != nil {
+			o.close()
+			return nil, "", fmt.Errorf("demo: prepare the order statements: %w", err)
+		}
+	}
 	return o, "SQLite (embedded, " + path + ")", nil
 }
 
@@ -83,12 +105,10 @@ func (o *sqliteOrders) placeOrder(ctx context.Context, ord order) (err error) {
 		}
 	}()
 	var last int64
-	if err := tx.QueryRowContext(ctx, `INSERT INTO demo_customers (id, seq) VALUES (?, ?)
-ON CONFLICT (id) DO UPDATE SET seq = seq + excluded.seq RETURNING seq`, ord.Customer, eventsPerOrder).Scan(&last); err != nil {
+	if err := tx.StmtContext(ctx, o.bumpSeq).QueryRowContext(ctx, ord.Customer, eventsPerOrder).Scan(&last); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO demo_orders (id, customer, amount, stage, created_at) VALUES (?, ?, ?, 0, ?)`,
-		ord.ID, ord.Customer, ord.Amount, time.Now().UnixNano()); err != nil {
+	if _, err := tx.StmtContext(ctx, o.insertOrder).ExecContext(ctx, ord.ID, ord.Customer, ord.Amount, time.Now().UnixNano()); err != nil {
 		return err
 	}
 	msgs, err := orderMessages(ord, last)
@@ -127,11 +147,7 @@ func (o *sqliteOrders) apply(ctx context.Context, evs []event) (fresh map[string
 			fresh[ids[i]] = true
 		}
 	}
-	stmt, err := tx.PrepareContext(ctx, "UPDATE demo_orders SET stage = max(stage, ?) WHERE id = ?")
-	if err != nil {
-		return nil, err
-	}
-	defer stmt.Close()
+	stmt := tx.StmtContext(ctx, o.advance)
 	for id, stage := range maxStages(evs, fresh) {
 		res, err := stmt.ExecContext(ctx, stage, id)
 		if err != nil {
@@ -147,6 +163,11 @@ func (o *sqliteOrders) apply(ctx context.Context, evs []event) (fresh map[string
 }
 
 func (o *sqliteOrders) close() {
+	for _, st := range []*sql.Stmt{o.bumpSeq, o.insertOrder, o.advance} {
+		if st != nil {
+			st.Close()
+		}
+	}
 	if err := o.s.Close(); err != nil {
 		o.log.Warn("demo: close the SQLite store", "err", err)
 	}

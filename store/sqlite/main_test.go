@@ -47,7 +47,7 @@ type bundle struct {
 
 // setup opens a migrated store in a new database file with opts (Partitions
 // filled in when zero).
-func setup(t *testing.T, opts ...Options) *bundle {
+func setup(t testing.TB, opts ...Options) *bundle {
 	t.Helper()
 	var o Options
 	if len(opts) > 0 {

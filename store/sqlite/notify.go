@@ -3,29 +3,85 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/outboxrelay/outbox"
 )
 
-// broadcaster is the in-process notification of new writes: a kick sends a
-// value to every subscriber without blocking, coalesced in a one-slot
-// buffer.
+var (
+	_ outbox.Notifier          = (*Store)(nil)
+	_ outbox.PartitionNotifier = (*Store)(nil)
+)
+
+// broadcaster is the in-process notification of new writes. A kick sends
+// a value to every Subscribe channel without blocking, coalesced in a
+// one-slot buffer, and adds the partitions written to every
+// SubscribePartitions subscriber's pending set, coalesced until its
+// callback takes them.
 type broadcaster struct {
 	mu     sync.Mutex
 	subs   map[chan struct{}]func() bool // channel → stop of its context.AfterFunc
+	psubs  map[*partSub]struct{}
 	closed bool
+	done   chan struct{} // closed by close
 }
 
-func (b *broadcaster) kick() {
+// partSub is one SubscribePartitions subscriber.
+type partSub struct {
+	mu      sync.Mutex
+	pending map[int]struct{}
+	any     bool          // a write of unknown partitions
+	signal  chan struct{} // one slot: pending is not empty
+}
+
+// kick notifies a write to parts; nil parts means any partition.
+func (b *broadcaster) kick(parts []int) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	for ch := range b.subs {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
-	b.mu.Unlock()
+	for ps := range b.psubs {
+		ps.add(parts)
+	}
+}
+
+func (ps *partSub) add(parts []int) {
+	ps.mu.Lock()
+	if parts == nil {
+		ps.any = true
+	} else if !ps.any {
+		for _, p := range parts {
+			ps.pending[p] = struct{}{}
+		}
+	}
+	ps.mu.Unlock()
+	select {
+	case ps.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take returns and clears the pending partitions, sorted; nil means any.
+func (ps *partSub) take() []int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.any {
+		ps.any = false
+		clear(ps.pending)
+		return nil
+	}
+	out := make([]int, 0, len(ps.pending))
+	for p := range ps.pending {
+		out = append(out, p)
+	}
+	clear(ps.pending)
+	slices.Sort(out)
+	return out
 }
 
 func (b *broadcaster) subscribe(ctx context.Context) (<-chan struct{}, error) {
@@ -54,15 +110,60 @@ func (b *broadcaster) remove(ch chan struct{}) {
 	}
 }
 
+// subscribePartitions calls fn with the partitions of the writes notified
+// until ctx ends or the broadcaster closes.
+func (b *broadcaster) subscribePartitions(ctx context.Context, fn func([]int)) error {
+	ps := &partSub{pending: make(map[int]struct{}), signal: make(chan struct{}, 1)}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("sqlite: subscribe: %w", outbox.ErrClosed)
+	}
+	if b.psubs == nil {
+		b.psubs = make(map[*partSub]struct{})
+	}
+	if b.done == nil {
+		b.done = make(chan struct{})
+	}
+	b.psubs[ps] = struct{}{}
+	done := b.done
+	b.mu.Unlock()
+	// Subscribed: what committed before was not announced, so the first
+	// call says "any partition".
+	ps.add(nil)
+	defer func() {
+		b.mu.Lock()
+		delete(b.psubs, ps)
+		b.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-done:
+			return nil
+		case <-ps.signal:
+			fn(ps.take())
+		}
+	}
+}
+
 func (b *broadcaster) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
 	b.closed = true
 	for ch, stop := range b.subs {
 		stop()
 		close(ch)
 	}
 	clear(b.subs)
+	if b.done == nil {
+		b.done = make(chan struct{})
+	}
+	close(b.done)
 }
 
 // Subscribe implements outbox.Notifier for writes made in this process: the
@@ -78,4 +179,20 @@ func (b *broadcaster) close() {
 // handles, send nothing: the relay's polling finds them.
 func (s *Store) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	return s.bc.subscribe(ctx)
+}
+
+// SubscribePartitions implements outbox.PartitionNotifier, which the relay
+// prefers to Subscribe: it calls fn, from one goroutine, with the
+// partitions written by the transactions notified as for Subscribe, so
+// that the relay wakes only the workers owning them and they fetch only
+// those partitions. Its first call, once subscribed, is fn(nil) (any
+// partition: what committed before was not announced), as are calls after
+// a requeue of dead letters. Writes committed while fn runs are passed
+// together to its next call. It returns nil when ctx ends or the store is
+// closed.
+func (s *Store) SubscribePartitions(ctx context.Context, fn func(partitions []int)) error {
+	if err := s.check("subscribe"); err != nil {
+		return err
+	}
+	return s.bc.subscribePartitions(ctx, fn)
 }

@@ -26,6 +26,10 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 	var fenced []outbox.Lease
 	err := s.inTx(ctx, func(c *sql.Conn) error {
 		fenced = fenced[:0]
+		held, err := s.heldLeases(ctx, c, node, settlements)
+		if err != nil {
+			return err
+		}
 		a := s.newApplier(c)
 		defer a.close()
 		for i := range settlements {
@@ -33,13 +37,7 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 			if st.Empty() {
 				continue
 			}
-			var owner sql.NullString
-			var epoch int64
-			err := c.QueryRowContext(ctx, s.q.leaseOf, st.Partition).Scan(&owner, &epoch)
-			if err != nil && err != sql.ErrNoRows {
-				return err
-			}
-			if err == sql.ErrNoRows || owner.String != node || epoch != st.Epoch {
+			if epoch, ok := held[st.Partition]; !ok || epoch != st.Epoch {
 				fenced = append(fenced, st.Lease)
 				continue
 			}
@@ -57,6 +55,44 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 		return &outbox.FencedError{Leases: fenced}
 	}
 	return nil
+}
+
+// heldLeases returns the epochs of the leases node holds among the
+// partitions of settlements, read with one statement (per maxVariables
+// partitions) in c's transaction.
+func (s *Store) heldLeases(ctx context.Context, c *sql.Conn, node string, settlements []outbox.Settlement) (map[int]int64, error) {
+	var parts []any
+	for i := range settlements {
+		if !settlements[i].Empty() {
+			parts = append(parts, settlements[i].Partition)
+		}
+	}
+	held := make(map[int]int64, len(parts))
+	for len(parts) > 0 {
+		n := min(len(parts), maxVariables)
+		rows, err := c.QueryContext(ctx, cacheMarker+s.q.leasesOf+placeholders(n)+")", parts[:n]...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var p int
+			var owner sql.NullString
+			var epoch int64
+			if err := rows.Scan(&p, &owner, &epoch); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if owner.Valid && owner.String == node {
+				held[p] = epoch
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		parts = parts[n:]
+	}
+	return held, nil
 }
 
 // applier applies settlements inside one write transaction, preparing each
@@ -79,6 +115,11 @@ func (a *applier) close() {
 }
 
 func (a *applier) exec(ctx context.Context, query string, args ...any) error {
+	if a.s.gate != nil {
+		// A database of Open: its connections keep the text prepared.
+		_, err := a.c.ExecContext(ctx, cacheMarker+query, args...)
+		return err
+	}
 	st, ok := a.stmts[query]
 	if !ok {
 		var err error

@@ -35,8 +35,8 @@ const maxIdleConns = 8
 
 // Store is the relay side of an SQLite outbox, and writes messages with
 // [Store.Write]. It implements outbox.Store, outbox.UnorderedStore,
-// outbox.Notifier, outbox.Cleaner, outbox.StatusReader and
-// outbox.DeadLetterStore.
+// outbox.Notifier, outbox.PartitionNotifier, outbox.Cleaner,
+// outbox.StatusReader and outbox.DeadLetterStore.
 //
 // A Store is safe for concurrent use. Every method does one round of work
 // (one transaction at most) and never retries; the relay retries.
@@ -54,6 +54,11 @@ type Store struct {
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // prepared on db, by query text
+
+	// fetchMu guards fetchTexts, the Fetch statements by limit (see
+	// fetchQuery).
+	fetchMu    sync.Mutex
+	fetchTexts map[int]*[len(cursorGroups)]string
 
 	// claimMu serialises ClaimUnordered and the end of claims; claimed holds
 	// the IDs of the records of open claims.

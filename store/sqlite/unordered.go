@@ -32,7 +32,7 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, er
 	defer s.claimMu.Unlock()
 	var recs []outbox.Record
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.q.claim, nanos(s.now()), limit+len(s.claimed))
+		rows, err := tx.QueryContext(ctx, s.q.claim, nanos(s.now()))
 		if err != nil {
 			return err
 		}

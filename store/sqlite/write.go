@@ -40,7 +40,8 @@ func Write(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
 	if err != nil {
 		return s.wrap("write", err)
 	}
-	return s.write(ctx, tx, p, msgs)
+	_, err = s.write(ctx, tx, p, msgs)
+	return err
 }
 
 // Write inserts msgs in tx, the application's transaction, so that they
@@ -78,26 +79,30 @@ func (s *Store) Write(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) e
 		}
 		s.partitions.Store(int64(p))
 	}
-	if err := s.write(ctx, tx, p, msgs); err != nil {
+	parts, err := s.write(ctx, tx, p, msgs)
+	if err != nil {
 		return err
 	}
 	if s.gate == nil {
 		// Not a database of Open: no commit signal, so signal now.
-		s.bc.kick()
+		s.bc.kick(parts)
 	}
 	return nil
 }
 
-func (s *Store) write(ctx context.Context, tx *sql.Tx, p int, msgs []outbox.Message) error {
+// write inserts msgs and returns the partitions written, in message order
+// (repeats removed when adjacent).
+func (s *Store) write(ctx context.Context, tx *sql.Tx, p int, msgs []outbox.Message) ([]int, error) {
 	now := s.now()
 	args := make([]any, 0, writeColumns*len(msgs))
+	parts := make([]int, 0, 1)
 	for i := range msgs {
 		m := msgs[i] // a copy: the caller's message is not modified
 		if s.opts.Inject != nil {
 			m.Headers = s.opts.Inject(ctx, m.Headers)
 		}
 		if err := m.Prepare(now, s.opts.MaxPayload); err != nil {
-			return fmt.Errorf("sqlite: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
+			return nil, fmt.Errorf("sqlite: write: message %d of %d (topic %q): %w", i, len(msgs), m.Topic, err)
 		}
 		payload := m.Payload
 		if payload == nil {
@@ -107,21 +112,50 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, p int, msgs []outbox.Mess
 		if len(m.Headers) > 0 {
 			b, err := json.Marshal(m.Headers)
 			if err != nil {
-				return fmt.Errorf("sqlite: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "Headers", Reason: err.Error()})
+				return nil, fmt.Errorf("sqlite: write: message %d of %d: %w", i, len(msgs), &outbox.ValidationError{Field: "Headers", Reason: err.Error()})
 			}
 			h := string(b)
 			headers = &h
 		}
-		args = append(args, m.ID, outbox.PartitionOf(m.Key, p), m.Topic, m.Key, payload, headers, nanos(m.CreatedAt))
+		part := outbox.PartitionOf(m.Key, p)
+		if n := len(parts); n == 0 || parts[n-1] != part {
+			parts = append(parts, part)
+		}
+		args = append(args, m.ID, part, m.Topic, m.Key, payload, headers, nanos(m.CreatedAt))
 	}
 	for len(args) > 0 {
 		n := min(len(args), rowsPerInsert*writeColumns)
-		if _, err := tx.ExecContext(ctx, s.insertSQL(n/writeColumns), args[:n]...); err != nil {
-			return s.wrap("write", err)
+		if err := s.insert(ctx, tx, n/writeColumns, args[:n]); err != nil {
+			return nil, s.wrap("write", err)
 		}
 		args = args[n:]
 	}
-	return nil
+	return parts, nil
+}
+
+// maxPreparedRows bounds the rows of the INSERT statements Write keeps
+// prepared, one per row count; larger writes are parsed each time.
+const maxPreparedRows = 16
+
+// insert runs the INSERT of rows messages with args in tx: prepared once
+// (on each connection) for up to maxPreparedRows rows, since parsing the
+// statement took a third of a small Write's time. The package-level Write,
+// which has no *sql.DB, and a tx of another *sql.DB than the store's parse
+// it each time.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, rows int, args []any) error {
+	query := s.insertSQL(rows)
+	if s.db != nil && rows <= maxPreparedRows {
+		st, err := s.prepared(ctx, query)
+		if err != nil {
+			return err
+		}
+		_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		if err == nil || !strings.Contains(err.Error(), "statement from different database") {
+			return err
+		}
+	}
+	_, err := tx.ExecContext(ctx, query, args...)
+	return err
 }
 
 // insertSQL returns the INSERT statement for rows messages.
