@@ -79,10 +79,13 @@ func (w *worker) refill(ctx context.Context) {
 	w.fetchStart = now
 	limit := max(1, cfg.FetchSize/2)
 	// A poll alone (no partition notified or running low) is due at the
-	// same instant in every worker: let them make one fetch.
+	// same instant in every worker: let them make one fetch. So are the
+	// fetches of the workers a notification woke together.
 	var gather time.Duration
 	if polled && !wanted {
 		gather = gatherAligned
+	} else if wanted && w.r.notified.Load() > 1 {
+		gather = notifyGather
 	}
 	// The fetch runs beside the publishing; fetched applies its result.
 	go func() {

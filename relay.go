@@ -54,6 +54,7 @@ type Relay struct {
 	// listening is set while the relay is subscribed to the store's
 	// notifications: polls are then a safety net, made less often.
 	listening atomic.Bool
+	notified  atomic.Int32 // workers the last notification woke
 	// Ordering none: the worker a notification wakes next, and which are
 	// waiting for one.
 	turn atomic.Uint64
