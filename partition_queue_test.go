@@ -23,15 +23,15 @@ func TestPartQueueOneHeadPerKeyInOrder(t *testing.T) {
 	for _, r := range []*Record{rec("a1", "a"), rec("b1", "b"), rec("a2", "a"), rec("u1", ""), rec("u2", ""), rec("b2", "b")} {
 		pq.push(r, now)
 	}
-	got := pq.take(10, now)
+	got := pq.take(10, 1, now)
 	if want := []string{"a1", "b1", "u1", "u2"}; !equal(ids(got), want) {
 		t.Fatalf("first take = %v, want %v (one head per key; keyless records are independent)", ids(got), want)
 	}
-	if more := pq.take(10, now); len(more) != 0 {
+	if more := pq.take(10, 1, now); len(more) != 0 {
 		t.Fatalf("took %v while a and b are in flight", ids(more))
 	}
 	pq.done(got[1], now) // b1 delivered
-	if got := pq.take(10, now); !equal(ids(got), []string{"b2"}) {
+	if got := pq.take(10, 1, now); !equal(ids(got), []string{"b2"}) {
 		t.Fatalf("after b1: %v, want [b2]", ids(got))
 	}
 	// a1 failed: it goes back in front of a2 and waits for its retry.
@@ -41,18 +41,18 @@ func TestPartQueueOneHeadPerKeyInOrder(t *testing.T) {
 	failed := rec("a1", "a")
 	failed.NextAttemptAt = now.Add(time.Second)
 	pq.pushFront(failed, now)
-	if got := pq.take(10, now); len(got) != 0 {
+	if got := pq.take(10, 1, now); len(got) != 0 {
 		t.Fatalf("took %v before a1's retry time", ids(got))
 	}
 	if due := pq.nextDue(); !due.Equal(failed.NextAttemptAt) {
 		t.Fatalf("nextDue = %v, want %v", due, failed.NextAttemptAt)
 	}
 	later := now.Add(2 * time.Second)
-	if got := pq.take(10, later); !equal(ids(got), []string{"a1"}) {
+	if got := pq.take(10, 1, later); !equal(ids(got), []string{"a1"}) {
 		t.Fatalf("at the retry time: %v, want [a1]", ids(got))
 	}
 	pq.done(failed, later)
-	if got := pq.take(10, later); !equal(ids(got), []string{"a2"}) {
+	if got := pq.take(10, 1, later); !equal(ids(got), []string{"a2"}) {
 		t.Fatalf("after a1: %v, want [a2]", ids(got))
 	}
 	if pq.n != 0 {
@@ -66,7 +66,7 @@ func TestPartQueueTakeRespectsMax(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		pq.push(rec(string(rune('a'+i)), string(rune('a'+i))), now)
 	}
-	if got := pq.take(3, now); len(got) != 3 || pq.n != 7 || len(pq.ready) != 7 {
+	if got := pq.take(3, 1, now); len(got) != 3 || pq.n != 7 || len(pq.ready) != 7 {
 		t.Fatalf("take(3) = %v, n %d, ready %d", ids(got), pq.n, len(pq.ready))
 	}
 }
@@ -94,7 +94,7 @@ func TestPartQueueFailKeepsOnlyTheHead(t *testing.T) {
 		r.Seq = int64(i + 1)
 		pq.push(r, now)
 	}
-	got := pq.take(10, now) // a1, b1
+	got := pq.take(10, 1, now) // a1, b1
 	a1 := got[0]
 	a1.NextAttemptAt = now.Add(time.Second)
 	dropped := pq.fail(a1, now)
@@ -108,7 +108,7 @@ func TestPartQueueFailKeepsOnlyTheHead(t *testing.T) {
 	if pq.blocked != 2 {
 		t.Fatalf("blocked=%d after a push to a failing key, want 2", pq.blocked)
 	}
-	retry := pq.take(10, now.Add(2*time.Second))
+	retry := pq.take(10, 1, now.Add(2*time.Second))
 	if !equal(ids(retry), []string{"a1"}) || pq.blocked != 1 {
 		t.Fatalf("took %v, blocked %d; want [a1], 1", ids(retry), pq.blocked)
 	}

@@ -113,6 +113,7 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
 	r.caps = capsOf(store, pub)
+	r.caps.keyPipeline = keyPipelineOf(pub, cfg)
 	r.calls = newStoreCalls(r)
 	return r, nil
 }
@@ -368,6 +369,7 @@ type capabilities struct {
 	notifier      Notifier          // plain notifications (nil: none)
 	unordered     UnorderedStore    // Ordering none (nil: unsupported)
 	health        HealthChecker     // the publisher's broker health (nil: unknown)
+	keyPipeline   int               // messages of one key per Publish call (KeyPipeliner; 1: one)
 }
 
 func capsOf(store Store, pub Publisher) capabilities {
