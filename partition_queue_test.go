@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -115,5 +116,70 @@ func TestPartQueueFailKeepsOnlyTheHead(t *testing.T) {
 	pq.done(a1, now)
 	if pq.isFailing("a") || pq.blocked != 0 {
 		t.Fatalf("after delivery: failing=%v blocked=%d", pq.isFailing("a"), pq.blocked)
+	}
+}
+
+// With perKey > 1, take hands out a run of each key's first records, next
+// to each other, stopping at another topic, a record not yet due or an
+// undecodable one; a failing key sends its head alone.
+func TestPartQueueTakesKeyRuns(t *testing.T) {
+	now := time.Now()
+	pq := newPartQueue()
+	mk := func(id, key, topic string) *Record {
+		r := rec(id, key)
+		r.Topic = topic
+		return r
+	}
+	later := mk("a4", "a", "t")
+	later.NextAttemptAt = now.Add(time.Hour)
+	bad := mk("c2", "c", "t")
+	bad.DecodeError = "garbled"
+	for _, r := range []*Record{mk("a1", "a", "t"), mk("b1", "b", "t"), mk("a2", "a", "t"), mk("b2", "b", "u"), mk("a3", "a", "t"), later, mk("c1", "c", "t"), bad, mk("d1", "d", "t"), mk("d2", "d", "t"), mk("d3", "d", "t")} {
+		pq.push(r, now)
+	}
+	if got, want := ids(pq.take(6, 4, now)), []string{"a1", "a2", "a3", "b1", "c1", "d1"}; !equal(got, want) {
+		t.Fatalf("take = %v, want %v (runs stop at another topic, a record not due, an undecodable one, and max)", got, want)
+	}
+	if more := pq.take(10, 4, now); len(more) != 0 {
+		t.Fatalf("took %v while every key is in flight", ids(more))
+	}
+	// A run's records come back: the failed one in front, then the rest.
+	pq.unshift([]*Record{mk("a2", "a", "t"), mk("a3", "a", "t")})
+	failed := mk("a1", "a", "t")
+	pq.pushFront(failed, now)
+	if got := ids(pq.take(10, 4, now)); !equal(got, []string{"a1", "a2", "a3"}) {
+		t.Fatalf("after a1 failed: %v, want [a1 a2 a3]", got)
+	}
+	// A failing key sends its head alone.
+	pq.fail(mk("a1", "a", "t"), now)
+	if got := ids(pq.take(10, 4, now)); !equal(got, []string{"a1"}) {
+		t.Fatalf("failing key: %v, want [a1]", got)
+	}
+}
+
+func TestSplitRunsKeepsRunsWhole(t *testing.T) {
+	var recs []*Record
+	for k := range 5 {
+		for i := range 3 {
+			recs = append(recs, rec(fmt.Sprintf("k%d-%d", k, i), fmt.Sprintf("k%d", k)))
+		}
+	}
+	recs = append(recs, rec("u1", ""), rec("u2", ""))
+	batches := splitRuns(recs, 3, 8)
+	if len(batches) > 3 {
+		t.Fatalf("%d batches, want at most 3", len(batches))
+	}
+	n := 0
+	for _, b := range batches {
+		if len(b) > 8 {
+			t.Fatalf("batch of %d > BatchSize 8", len(b))
+		}
+		if n > 0 && sameRun(recs[n-1], recs[n]) {
+			t.Fatalf("a batch starts inside the run of key %s", recs[n].Key)
+		}
+		n += len(b)
+	}
+	if n != len(recs) {
+		t.Fatalf("batches hold %d records, want %d", n, len(recs))
 	}
 }
