@@ -103,13 +103,12 @@ type Options struct {
 	// records that arrive while a request is in flight).
 	Linger time.Duration
 	// KeyPipeline is how many messages of one key (to one topic) the relay
-	// may pass in one Publish call, in order (outbox.KeyPipeliner; default
-	// KeyPipelineDefault; 1 passes one message per key per call, as
-	// publishers that do not keep order get). Kafka's idempotent producer
-	// keeps them in order in the key's partition, so a key with a backlog
-	// has more than one message in flight. It is 1 whatever is set when
-	// ClientOptions disable idempotence, bound the buffer in bytes
-	// (MaxBufferedBytes), flush manually, or lower MaxBufferedRecords.
+	// may pass in one Publish call (outbox.KeyPipeliner; default
+	// KeyPipelineDefault; 1: one message per key per call, as publishers
+	// that do not declare it get). Publish produces each of them once the
+	// one before it is acknowledged (see pipeline.go), so a key with a
+	// backlog moves on at the pace of Kafka's acknowledgements rather than
+	// of the relay's rounds.
 	KeyPipeline int
 	// DialTimeout bounds connecting to one broker (default
 	// DialTimeoutDefault).

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -48,15 +47,6 @@ type Publisher struct {
 	topicsMu sync.Mutex
 	topics   map[string]time.Time // topic → when it was last seen to exist
 
-	// room bounds the records produced and not yet promised at
-	// MaxBufferedRecords (franz-go's own bound is one above), so that
-	// Produce never waits; pipelined says the client's options keep a
-	// key's order within a call (see pipeline.go); batchMax is franz-go's
-	// ProducerBatchMaxBytes.
-	room      *semaphore.Weighted
-	pipelined bool
-	batchMax  func(string) int32
-
 	mu     sync.Mutex
 	closed bool
 	active sync.WaitGroup // Publish calls in progress
@@ -75,7 +65,7 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		kgo.ClientID(opts.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // the default, and required by idempotence
 		kgo.RecordDeliveryTimeout(opts.DeliveryTimeout),
-		kgo.MaxBufferedRecords(opts.MaxBufferedRecords + 1), // Publish bounds it at MaxBufferedRecords: see room
+		kgo.MaxBufferedRecords(opts.MaxBufferedRecords),
 		kgo.ProducerBatchMaxBytes(int32(opts.MaxMessageBytes)),
 		kgo.ProducerLinger(opts.Linger),
 		kgo.DialTimeout(opts.DialTimeout),
@@ -102,10 +92,7 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		}
 		return nil, fmt.Errorf("kafka: no broker of %v answers: %w; check Brokers (host:port of running Kafka brokers) and the network", opts.Brokers, err)
 	}
-	p := &Publisher{client: client, opts: opts, topics: map[string]time.Time{},
-		room: semaphore.NewWeighted(int64(opts.MaxBufferedRecords)), pipelined: pipelineSafe(client, opts)}
-	p.batchMax, _ = client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
-	return p, nil
+	return &Publisher{client: client, opts: opts, topics: map[string]time.Time{}}, nil
 }
 
 // Client returns the franz-go client, for metrics and administration. Do
@@ -172,11 +159,9 @@ type produced struct {
 //     message's topic as destination;
 //   - anything else, and a cancelled ctx: retryable.
 //
-// Messages of one key and topic are produced in order, and Kafka writes
-// one only after the earlier ones of the call (see pipeline.go): when one
-// fails before it is produced (too large, its topic missing, ctx ended),
-// the later ones of its key and topic in the call are not produced
-// (retryable).
+// Several messages of one key and topic in a call are produced one after
+// the other, each once the one before it is acknowledged; when one fails,
+// the later ones are not produced (a retryable error). See chain.
 //
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
@@ -210,80 +195,43 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 	if !p.opts.AllowAutoTopicCreation {
 		p.checkTopics(ctx, msgs, topics, errs)
 	}
-	recs := make([]*kgo.Record, len(msgs))
-	toProduce := 0
-	for i, m := range msgs {
-		if errs[i] == nil {
-			recs[i] = p.record(topics[i], m)
-		}
-	}
-	p.precheck(msgs, topics, recs, errs)
-	for _, r := range recs {
-		if r != nil {
-			toProduce++
-		}
-	}
-	defer p.checkOrder(msgs, topics, errs)
 
-	// Room for the whole call first, so that Produce never waits (see
-	// pipeline.go); a call larger than MaxBufferedRecords waits for room
-	// record by record beyond it.
-	reserved := min(toProduce, p.opts.MaxBufferedRecords)
-	if err := p.room.Acquire(ctx, int64(reserved)); err != nil {
-		return outbox.FillErrors(len(msgs), fmt.Errorf("kafka: publish: not sent (waiting for room in the producer's buffer, MaxBufferedRecords): %w", context.Cause(ctx)))
-	}
+	// A message waits for the acknowledgement of the one before it of its
+	// key and topic in the call (see chain).
+	next := chain(msgs, topics, errs)
 	results := make(chan produced, len(msgs))
 	awaiting := make([]bool, len(msgs))
 	pending := 0
-	var skipped map[string]bool // keys with a message not produced
-	var started map[string]bool // keys with a message produced, in a call larger than the room
-	if toProduce > reserved {
-		started = map[string]bool{}
+	sent := make([]bool, len(msgs))
+	produce := func(i int) {
+		sent[i] = true
+		p.client.Produce(ctx, p.record(topics[i], msgs[i]), func(_ *kgo.Record, err error) {
+			results <- produced{i, err} // never blocks: room for every message
+		})
 	}
-	for i, r := range recs {
-		if r == nil {
-			continue
-		}
-		k := runKey(topics[i], msgs[i])
-		switch {
-		case k != "" && skipped[k]:
-			errs[i] = errNotProduced
-		case ctx.Err() != nil:
-			errs[i] = fmt.Errorf("kafka: produce to topic %q: not sent: %w", topics[i], context.Cause(ctx))
-		case pending < reserved:
-		case k != "" && started[k]:
-			// Beyond the room reserved: a later message of a key must not
-			// wait for room while an earlier one may fail.
-			if !p.room.TryAcquire(1) {
-				errs[i] = fmt.Errorf("kafka: produce to topic %q: not sent: the producer's buffer (MaxBufferedRecords %d) is full: %w", topics[i], p.opts.MaxBufferedRecords, errNotProduced)
-			}
-		case p.room.Acquire(ctx, 1) != nil:
-			errs[i] = fmt.Errorf("kafka: produce to topic %q: not sent (waiting for room in the producer's buffer, MaxBufferedRecords): %w", topics[i], context.Cause(ctx))
-		}
-		if started != nil && errs[i] == nil {
-			started[k] = true
-		}
+	for i := range msgs {
 		if errs[i] != nil {
-			if skipped == nil {
-				skipped = map[string]bool{}
-			}
-			skipped[k] = true
 			continue
 		}
 		awaiting[i] = true
 		pending++
-		p.client.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			p.room.Release(1)
-			results <- produced{i, err} // never blocks: room for every message
-		})
-	}
-	if pending < reserved {
-		p.room.Release(int64(reserved - pending))
+		if !next.waits(i) {
+			produce(i)
+		}
 	}
 	settle := func(r produced) {
 		errs[r.index] = p.classify(ctx, topics[r.index], msgs[r.index], r.err)
 		awaiting[r.index] = false
 		pending--
+		for j := next.after(r.index); j >= 0; j = next.after(j) {
+			if errs[r.index] == nil {
+				produce(j) // its predecessor is written: its turn
+				break
+			}
+			errs[j] = fmt.Errorf("kafka: produce to topic %q: %w", topics[j], errNotProduced)
+			awaiting[j] = false
+			pending--
+		}
 	}
 	for pending > 0 {
 		select {
@@ -302,6 +250,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 			for i, wait := range awaiting {
 				if wait {
 					errs[i] = fmt.Errorf("kafka: produce to topic %q: not acknowledged (the record may still be produced): %w", topics[i], context.Cause(ctx))
+					if !sent[i] {
+						errs[i] = fmt.Errorf("kafka: produce to topic %q: not produced: the earlier message of its key was not acknowledged in time: %w", topics[i], context.Cause(ctx))
+					}
 					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 						// The brokers did not take it in time: unreachable,
 						// or the topic unusable.
