@@ -248,11 +248,11 @@ func sameRun(a, b *Record) bool {
 // BatchSize (so that batches split at key boundaries stay within
 // BatchSize and InFlight; see build), and 1 when the publisher does not
 // keep a key's order or when Config.OnPermanent is hold. With hold, a
-// message that fails permanently must stop its key, yet the records sent
-// with it in the same call may already be written by the broker: a
-// permanent failure found by the broker (a record too large for the
-// broker's own limit, an invalid record) comes back after the records
-// behind it were sent. Hold therefore keeps one record per key in flight.
+// message that fails permanently must stop its key with nothing after it
+// delivered; with a run in flight, that would rest on the publisher not
+// writing the run's later messages (KeyPipeliner's promise), which the
+// relay cannot check. One record per key in flight keeps hold's guarantee
+// the relay's own, whatever the publisher.
 func keyPipelineOf(pub Publisher, cfg Config) int {
 	kp, ok := pub.(KeyPipeliner)
 	if !ok || cfg.OnPermanent == PermanentHoldKey {
