@@ -121,14 +121,7 @@ func TestRelayPipelinedKeysUnderProduceFaults(t *testing.T) {
 				PollInterval: 10 * time.Millisecond, SweepInterval: 20 * time.Millisecond,
 				BackoffMin: time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000,
 			}
-			r, err := outbox.NewRelay(st, pub, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = r.Stop() })
+			r := relaytest.Start(t, st, pub, cfg)
 			relaytest.WaitFor(t, "the relay to publish every message", 60*time.Second, func() bool { return st.Outstanding() == 0 })
 			if err := r.Stop(); err != nil {
 				t.Fatal(err)
