@@ -39,7 +39,7 @@ import (
 // and a Produce that waited for room until its context ended, fail alone
 // before they are buffered, with the same effect. With a key's runs fully
 // pipelined, the relay's kfake test (a non-retriable error on every fourth
-// produce request) saw this about once in four runs: a message on the
+// produce request) saw this in three runs of eight: a message on the
 // topic before the earlier message of its key. Chaining on the
 // acknowledgement closes it.
 

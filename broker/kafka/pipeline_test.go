@@ -68,7 +68,7 @@ func failProduce(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
 // whole redeliveries of a suffix of the key. (With a key's messages
 // produced all at once instead of each after the acknowledgement of the
 // one before, the non-retriable case put a message before the earlier one
-// of its key in about one run in four: see pipeline.go.)
+// of its key in three runs of eight: see pipeline.go.)
 func TestRelayPipelinedKeysUnderProduceFaults(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
