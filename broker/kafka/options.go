@@ -106,9 +106,9 @@ type Options struct {
 	// may pass in one Publish call (outbox.KeyPipeliner; default
 	// KeyPipelineDefault; 1: one message per key per call, as publishers
 	// that do not declare it get). Publish produces each of them once the
-	// one before it is acknowledged (see pipeline.go), so a key with a
-	// backlog moves on at the pace of Kafka's acknowledgements rather than
-	// of the relay's rounds.
+	// one before it is acknowledged (see pipeline.go): a key still has one
+	// message in flight, but a backlog takes fewer Publish calls and
+	// settlements (about a quarter of the calls with 1,000 keys).
 	KeyPipeline int
 	// DialTimeout bounds connecting to one broker (default
 	// DialTimeoutDefault).
