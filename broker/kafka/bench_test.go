@@ -89,7 +89,7 @@ func BenchmarkRelayKeyPipeline(b *testing.B) {
 	for _, keys := range []int{10, 100, 1000} {
 		for _, kp := range []int{1, 8} {
 			b.Run(fmt.Sprintf("keys%d/pipeline%d", keys, kp), func(b *testing.B) {
-				topic := fmt.Sprintf("relaybench-%d-%d", keys, kp)
+				topic := fmt.Sprintf("relaybench-%d-%d-%s", keys, kp, outbox.NewID()) // b.Run calls this more than once
 				createTopic(b, seeds, topic, 16)
 				pub := dial(b, kafka.Options{Brokers: seeds, KeyPipeline: kp})
 				payload := []byte(strings.Repeat("x", 200))
