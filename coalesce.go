@@ -5,7 +5,12 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"time"
 )
+
+// gatherAligned is how long a timed call (a poll, a settle at its
+// interval) waits for the other workers' calls due at the same instant.
+const gatherAligned = time.Millisecond
 
 // coalescer merges the calls workers make to one store method into fewer
 // calls: a caller finding fewer than max calls in flight leads one,
@@ -19,6 +24,9 @@ type coalescer[Req, Res any] struct {
 	pending []*coalesced[Req, Res]
 	running int
 	max     int
+	// gathering: a leader has not yet taken the pending calls; calls
+	// arriving meanwhile join its round instead of leading another.
+	gathering bool
 	// run makes one store call for reqs and returns one result each.
 	run func(ctx context.Context, reqs []Req) []Res
 }
@@ -32,14 +40,20 @@ type coalesced[Req, Res any] struct {
 }
 
 // do makes req, alone or merged with others, and returns its result.
-func (c *coalescer[Req, Res]) do(ctx context.Context, req Req) Res {
+// A leader waits gather for other calls first: callers that know others
+// are due at the same instant (timed polls and settles, which fall on
+// multiples of an interval in every worker) pass a millisecond, so that
+// they make one store call instead of one per worker; 0 waits only for
+// the goroutines woken with this one.
+func (c *coalescer[Req, Res]) do(ctx context.Context, req Req, gather time.Duration) Res {
 	cl := &coalesced[Req, Res]{req: req, done: make(chan struct{}), lead: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, cl)
-	leading := c.running < c.max
+	leading := c.running < c.max && !c.gathering
 	if leading {
 		c.running++
-		cl.led = true // a leader already: never to be handed the lead
+		cl.led = true      // a leader already: never to be handed the lead
+		c.gathering = true // until it takes the pending calls
 	}
 	c.mu.Unlock()
 	if !leading {
@@ -56,9 +70,21 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, req Req) Res {
 		// Handed the lead (and its slot), maybe done by another round
 		// already: run the next round anyway, then hand the slot on.
 	}
-	// Let the workers woken with this one add their calls first.
-	runtime.Gosched()
+	if leading && gather > 0 {
+		t := time.NewTimer(gather)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	} else {
+		// Let the workers woken with this one add their calls first.
+		runtime.Gosched()
+	}
 	c.mu.Lock()
+	if leading {
+		c.gathering = false
+	}
 	batch := c.pending
 	c.pending = nil
 	c.mu.Unlock()

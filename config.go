@@ -82,6 +82,11 @@ const (
 
 	SweepIntervalDefault = time.Second
 
+	// SettleIntervalDefault is how long acknowledged messages may wait to
+	// be marked settled, so that one statement settles those of many
+	// publishes (and of every worker).
+	SettleIntervalDefault = 20 * time.Millisecond
+
 	MaxAttemptsDefault = 10
 	MaxAttemptsMax     = 1000
 
@@ -127,8 +132,21 @@ type Config struct {
 	// default LeaseTTL and PublishTimeout).
 	HeartbeatInterval time.Duration
 	// PollInterval is how often an idle worker looks for new records when no
-	// notification arrives.
+	// notification arrives. While the relay is subscribed to a store's
+	// notifications (PostgreSQL's LISTEN), which announce every Write
+	// within milliseconds, it polls four times less often: the poll then
+	// only finds rows no notification announced.
 	PollInterval time.Duration
+	// SettleInterval is how long a worker may hold the settlements of
+	// acknowledged messages (and retries and dead letters) before writing
+	// them, unless a batch's worth is waiting: the workers write at the
+	// same instants (multiples of SettleInterval), so at a steady load one
+	// statement settles what every worker published meanwhile instead of
+	// one statement per publish. It does not delay delivery: a key's next
+	// message goes out when the broker acknowledged the previous one. A
+	// crash before the write publishes those messages again (at least
+	// once), as it does for any message published but not yet settled.
+	SettleInterval time.Duration
 	// SweepInterval is how often a worker looks below its cursors for
 	// records whose transaction committed late. With a store that
 	// implements MarkedFetcher (PostgreSQL), fetches already return them
@@ -146,6 +164,9 @@ type Config struct {
 	// min(BackoffMax, BackoffMin × 2^(attempts-1)).
 	BackoffMin time.Duration
 	BackoffMax time.Duration
+	// RetryPolicy, if set, replaces that schedule: it returns the delay
+	// before a message's next attempt after attempts failed ones.
+	RetryPolicy RetryPolicy
 	// ShutdownTimeout bounds Stop: publishing in hand finishes and settles,
 	// or is abandoned (the messages stay in the outbox) after this long.
 	ShutdownTimeout time.Duration
@@ -183,9 +204,13 @@ func (c Config) WithDefaults() Config {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, max(time.Millisecond, min(c.LeaseTTL/3, (c.LeaseTTL-2*c.PublishTimeout)/2)))
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
+	c.SettleInterval = cmp.Or(c.SettleInterval, SettleIntervalDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, max(BackoffMaxDefault, c.BackoffMin))
+	if c.RetryPolicy == nil {
+		c.RetryPolicy = ExponentialBackoff(c.BackoffMin, c.BackoffMax)
+	}
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
 	if c.Logger == nil {
@@ -232,6 +257,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval < PollIntervalMin {
 		return fmt.Errorf("outbox: Config.PollInterval must be at least %v, got %v", PollIntervalMin, c.PollInterval)
+	}
+	if c.SettleInterval <= 0 || c.SettleInterval >= c.PublishTimeout {
+		return fmt.Errorf("outbox: Config.SettleInterval must be positive and below PublishTimeout (%v), got %v", c.PublishTimeout, c.SettleInterval)
 	}
 	if c.SweepInterval <= 0 {
 		return fmt.Errorf("outbox: Config.SweepInterval must be positive, got %v", c.SweepInterval)

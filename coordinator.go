@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -25,7 +26,7 @@ type heldLease struct {
 // coordinate heartbeats, renews and balances leases until ctx ends.
 // workCtx ending means shutdown has begun: stop taking new leases.
 func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
-	failures := 0
+	retry := r.newRetrier()
 	var cut cutOff
 	var eager eagerRounds
 	for {
@@ -37,12 +38,12 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 			if ctx.Err() != nil {
 				return
 			}
-			failures++
+			d := retry.failed()
 			r.emit(Event{Kind: EventStoreError, Err: err})
-			r.log.Warn("lease round failed", "err", err, "failures", failures)
-			wait = min(wait, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+			r.log.Warn("lease round failed", "err", err, "failures", retry.failures, "retry_in", d)
+			wait = min(wait, d)
 		} else {
-			failures = 0
+			retry.ok()
 			broadcast()
 			if eager.next(r.round) {
 				wait = min(wait, eagerRoundInterval)
@@ -59,56 +60,93 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 				return
 			case <-t.C:
 				break sleep
-			case <-r.drainedCh:
-				r.releaseDrainedOrLog(ctx)
+			case <-r.reports.signal:
+				r.applyReportsOrLog(ctx)
 			}
 		}
 	}
 }
 
-// shedDrained records that the partition of l, being handed back, has
-// nothing in flight or waiting to be settled, and wakes the coordinator.
-// Workers call it; it is cheap and idempotent.
-func (r *Relay) shedDrained(l Lease) {
-	r.drainMu.Lock()
-	e, ok := r.drained[l.Partition]
-	r.drained[l.Partition] = l.Epoch
-	r.drainMu.Unlock()
-	if !ok || e != l.Epoch {
-		select {
-		case r.drainedCh <- struct{}{}:
-		default:
-		}
+// leaseReports carries what workers tell the coordinator about leases:
+// partitions being handed back that are drained (nothing in flight or
+// waiting to be settled), and leases a settle found fenced. Workers never
+// block on it; signal wakes the coordinator.
+type leaseReports struct {
+	mu      sync.Mutex
+	drained map[int]int64 // partition → epoch
+	fenced  []Lease
+	signal  chan struct{}
+}
+
+func newLeaseReports() leaseReports {
+	return leaseReports{drained: map[int]int64{}, signal: make(chan struct{}, 1)}
+}
+
+func (lr *leaseReports) wake() {
+	select {
+	case lr.signal <- struct{}{}:
+	default:
 	}
 }
 
-// releaseDrained releases the leases being handed back whose worker
-// reported them drained: they leave the relay's set first, so nothing new
+// shedDrained reports that the partition of l, being handed back, is
+// drained. Cheap and idempotent: workers call it on every loop.
+func (lr *leaseReports) shedDrained(l Lease) {
+	lr.mu.Lock()
+	e, ok := lr.drained[l.Partition]
+	lr.drained[l.Partition] = l.Epoch
+	lr.mu.Unlock()
+	if !ok || e != l.Epoch {
+		lr.wake()
+	}
+}
+
+// lost reports leases a settle found fenced: another relay holds them.
+func (lr *leaseReports) lost(ls []Lease) {
+	lr.mu.Lock()
+	lr.fenced = append(lr.fenced, ls...)
+	lr.mu.Unlock()
+	lr.wake()
+}
+
+func (lr *leaseReports) take() (drained map[int]int64, fenced []Lease) {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	drained, fenced = lr.drained, lr.fenced
+	lr.drained, lr.fenced = map[int]int64{}, nil
+	return drained, fenced
+}
+
+// applyReports drops the fenced leases and releases the drained ones
+// being handed back: they leave the relay's set first, so nothing new
 // starts, then the store frees them for another relay.
-func (r *Relay) releaseDrained(ctx context.Context) error {
-	r.drainMu.Lock()
-	drained := r.drained
-	r.drained = map[int]int64{}
-	r.drainMu.Unlock()
-	if len(drained) == 0 {
-		return nil
+func (r *Relay) applyReports(ctx context.Context) error {
+	drained, fenced := r.reports.take()
+	changed := false
+	for _, l := range fenced {
+		if h, ok := r.leases[l.Partition]; ok && h.Epoch == l.Epoch {
+			delete(r.leases, l.Partition)
+			changed = true
+		}
 	}
 	var release []Lease
-	r.leaseMu.Lock()
 	for p, epoch := range drained {
 		if h, ok := r.leases[p]; ok && h.shed && h.Epoch == epoch {
 			release = append(release, h.Lease)
 			delete(r.leases, p)
+			changed = true
 		}
+	}
+	if !changed {
+		return nil
 	}
 	held := len(r.leases)
 	r.nLeases.Store(int64(held))
-	r.leaseMu.Unlock()
+	r.sendLeases()
+	r.emit(Event{Kind: EventLeases, Count: held})
 	if len(release) == 0 {
 		return nil
 	}
-	r.leaseVer.Add(1)
-	r.emit(Event{Kind: EventLeases, Count: held})
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
 	defer cancel()
 	if err := r.store.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
@@ -117,6 +155,25 @@ func (r *Relay) releaseDrained(ctx context.Context) error {
 	}
 	r.log.Info("handed back leases", "partitions", len(release))
 	return nil
+}
+
+// sendLeases gives every worker a snapshot of its partitions' leases, the
+// latest replacing one not yet taken.
+func (r *Relay) sendLeases() {
+	snaps := make([]map[int]heldLease, len(r.workers))
+	for i := range snaps {
+		snaps[i] = map[int]heldLease{}
+	}
+	for p, h := range r.leases {
+		snaps[p%len(snaps)][p] = *h
+	}
+	for i, w := range r.workers {
+		select {
+		case <-w.leaseIn: // superseded
+		default:
+		}
+		w.leaseIn <- snaps[i] // the coordinator is the only sender
+	}
 }
 
 // leaseRound is one heartbeat: register, renew, shed or take leases.
@@ -151,7 +208,6 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 	// The store set expiry to its now+ttl, no earlier than our start+ttl.
 	// Stop starting publishes early enough that one in flight ends first.
 	validUntil := start.Add(ttl - r.cfg.PublishTimeout)
-	r.leaseMu.Lock()
 	// Leases over the fair share are handed back in two steps: marked shed
 	// now (renewed, nothing new starts), released once drained.
 	var keep, shed []Lease
@@ -182,47 +238,33 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 		next[l.Partition] = h
 	}
 	r.leases = next
-	r.leaseMu.Unlock()
+	r.sendLeases() // validity changed at least
 	if changed {
-		r.leaseVer.Add(1)
 		r.log.Info("leases", "held", len(keep), "handing_back", len(shed), "live_relays", live, "share", share)
 	}
 	r.nLeases.Store(int64(len(got)))
 	r.emit(Event{Kind: EventLeases, Count: len(got)})
 	r.beat()
-	r.releaseDrainedOrLog(ctx)
+	r.applyReportsOrLog(ctx)
 	return nil
 }
 
-// releaseDrainedOrLog releases the drained leases being handed back; a
-// failure is logged (they have left the relay's set already and expire by
+// applyReportsOrLog applies the workers' reports; a failure to release is
+// logged (those leases have left the relay's set already and expire by
 // themselves within LeaseTTL).
-func (r *Relay) releaseDrainedOrLog(ctx context.Context) {
-	if err := r.releaseDrained(ctx); err != nil && ctx.Err() == nil {
+func (r *Relay) applyReportsOrLog(ctx context.Context) {
+	if err := r.applyReports(ctx); err != nil && ctx.Err() == nil {
 		r.emit(Event{Kind: EventStoreError, Err: err})
 		r.log.Warn("releasing drained leases failed; they expire by themselves", "err", err, "lease_ttl", r.cfg.LeaseTTL)
 	}
 }
 
 func (r *Relay) heldLeases() []Lease {
-	r.leaseMu.RLock()
-	defer r.leaseMu.RUnlock()
 	out := make([]Lease, 0, len(r.leases))
 	for _, l := range r.leases {
 		out = append(out, l.Lease)
 	}
 	return out
-}
-
-// dropLease forgets a lease a settle found fenced.
-func (r *Relay) dropLease(l Lease) {
-	r.leaseMu.Lock()
-	if h, ok := r.leases[l.Partition]; ok && h.Epoch == l.Epoch {
-		delete(r.leases, l.Partition)
-		r.nLeases.Store(int64(len(r.leases)))
-	}
-	r.leaseMu.Unlock()
-	r.leaseVer.Add(1)
 }
 
 // cutOff tracks whether the relay has been unable to reach its broker for a
@@ -290,12 +332,24 @@ type roundResult struct {
 // per change) keeps a relay that can never reach its share
 // (64 partitions over 3 relays) from polling forever.
 type eagerRounds struct {
-	live   int
-	budget int
+	live    int
+	budget  int
+	started int // rounds since start, up to startEagerRounds
 }
+
+// startEagerRounds is how many rounds after start come every
+// eagerRoundInterval, whatever the share: relays started together (a
+// deployment) see each other within a fifth of a second, so the first to
+// take every partition hands the others their share at once instead of a
+// heartbeat later.
+const startEagerRounds = 10
 
 // next reports whether the next round should come early.
 func (e *eagerRounds) next(last roundResult) bool {
+	if e.started < startEagerRounds {
+		e.started++
+		return true
+	}
 	if last.live != e.live {
 		e.live = last.live
 		e.budget = 40

@@ -1,6 +1,9 @@
 package outbox
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Notification routing: store notifications wake the workers owning the
 // partitions written.
@@ -13,16 +16,44 @@ func (r *Relay) wake(i int) {
 	}
 }
 
-// notifyAll makes every worker fetch all its partitions.
+// notifyAll makes every worker fetch all its partitions. With ordering
+// none it wakes one worker, in turn: workers claim any rows, and a worker
+// whose claim comes back full wakes the next (see runUnordered), so one
+// small transaction costs one claim, not one per worker.
 func (r *Relay) notifyAll() {
+	if r.cfg.Ordering == OrderingNone {
+		r.wakeOneUnordered()
+		return
+	}
 	for i := range r.wakes {
 		r.fetchAll[i].Store(true)
 		r.wake(i)
 	}
 }
 
-// notifyPartitions makes the workers owning ps fetch those partitions.
+// wakeOneUnordered wakes an idle worker of ordering none, taking them in
+// turn; with none idle, the next in turn (its wake-up waits in its channel:
+// it claims again when its batch is done, so none is lost; busy workers
+// claim again anyway).
+func (r *Relay) wakeOneUnordered() {
+	n := len(r.wakes)
+	start := int(r.turn.Add(1) % uint64(n))
+	for k := range n {
+		if i := (start + k) % n; r.idle[i].Load() {
+			r.wake(i)
+			return
+		}
+	}
+	r.wake(start)
+}
+
+// notifyPartitions makes the workers owning ps fetch those partitions
+// (with ordering none, one worker claims).
 func (r *Relay) notifyPartitions(ps []int) {
+	if r.cfg.Ordering == OrderingNone {
+		r.wakeOneUnordered()
+		return
+	}
 	for _, p := range ps {
 		if p < 0 || p >= len(r.dirty) {
 			continue
@@ -30,6 +61,20 @@ func (r *Relay) notifyPartitions(ps []int) {
 		r.dirty[p].Store(true)
 		r.wake(p % r.cfg.Workers)
 	}
+}
+
+// listenPollFactor stretches PollInterval while the relay is subscribed
+// to notifications: they announce every write within milliseconds, and
+// the poll only finds what none announced (rows inserted by other means
+// than Write). An idle relay then makes about one query a second.
+const listenPollFactor = 4
+
+// pollInterval is how often idle workers poll now.
+func (r *Relay) pollInterval() time.Duration {
+	if r.listening.Load() {
+		return listenPollFactor * r.cfg.PollInterval
+	}
+	return r.cfg.PollInterval
 }
 
 // listen forwards store notifications to the workers, resubscribing after
@@ -47,6 +92,7 @@ func (r *Relay) listen(ctx context.Context) {
 			r.notifyAll()
 		}
 		var err error
+		r.listening.Store(true)
 		if byPartition {
 			err = pn.SubscribePartitions(ctx, func(ps []int) {
 				if ps == nil {
@@ -58,11 +104,13 @@ func (r *Relay) listen(ctx context.Context) {
 		} else {
 			var ch <-chan struct{}
 			if ch, err = n.Subscribe(ctx); err == nil {
+				r.notifyAll() // subscribed: what committed before was not announced
 				for range ch {
 					r.notifyAll()
 				}
 			}
 		}
+		r.listening.Store(false)
 		if err != nil && ctx.Err() == nil {
 			r.log.Debug("subscription failed; polling", "err", err)
 		}

@@ -3,7 +3,6 @@ package outbox
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // Limits on a message, checked by [Message.Validate] at write time.
@@ -283,17 +284,7 @@ func NewID() string {
 	b[6] = 0x70 | byte(ctr>>8)&0x0f
 	b[7] = byte(ctr)
 	b[8] = b[8]&0x3f | 0x80
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], b[10:16])
-	return string(s[:])
+	return uuid.Format(b)
 }
 
 // Prepare fills in an empty ID and CreatedAt (with now) and validates the

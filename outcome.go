@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // failLogEvery rate-limits the WARN line of retryable publish failures.
@@ -51,7 +53,8 @@ func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) in
 		return outcomeBlocked
 	}
 	rec.Attempts++
-	rec.LastError = err.Error()
+	// One rule for every store: valid UTF-8, no NUL, at most 4 KiB.
+	rec.LastError = storepolicy.ErrorText(err.Error())
 	f := Failure{ID: rec.ID, Partition: rec.Partition, Attempts: rec.Attempts, Err: rec.LastError}
 	if IsPermanent(err) && r.cfg.OnPermanent == PermanentHoldKey {
 		// The user would rather stop the key than deliver it with a gap:
@@ -70,7 +73,7 @@ func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) in
 		r.log.Warn("dead-lettering message", "id", rec.ID, "topic", rec.Topic, "attempts", rec.Attempts, "err", err)
 		return outcomeDead
 	}
-	rec.NextAttemptAt = now.Add(Backoff(rec.Attempts, r.cfg.BackoffMin, r.cfg.BackoffMax))
+	rec.NextAttemptAt = now.Add(r.cfg.RetryPolicy(rec.Attempts))
 	f.NextAttemptAt = rec.NextAttemptAt
 	s.Retry = append(s.Retry, f)
 	return outcomeRetry

@@ -51,18 +51,19 @@ type Relay struct {
 	// p's worker to fetch p. Set by notifications, cleared by the workers.
 	fetchAll []atomic.Bool
 	dirty    []atomic.Bool
+	// listening is set while the relay is subscribed to the store's
+	// notifications: polls are then a safety net, made less often.
+	listening atomic.Bool
+	// Ordering none: the worker a notification wakes next, and which are
+	// waiting for one.
+	turn atomic.Uint64
+	idle []atomic.Bool
 
-	// Leases held, shared between the coordinator and the workers.
-	leaseMu  sync.RWMutex
-	leases   map[int]*heldLease
-	leaseVer atomic.Uint64
-
-	// Partitions being handed back (heldLease.shed) that their worker
-	// reported drained, by partition: the epoch reported. drainedCh wakes
-	// the coordinator to release them.
-	drainMu   sync.Mutex
-	drained   map[int]int64
-	drainedCh chan struct{}
+	// Leases held: the coordinator's alone (and leave's, after it). Each
+	// worker gets a snapshot of its own partitions after every change and
+	// every renewal (see sendLeases), and reports back on reports.
+	leases  map[int]*heldLease
+	reports leaseReports
 
 	partitions int
 	dests      *destinations
@@ -102,14 +103,13 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		}
 	}
 	r := &Relay{
-		store:     store,
-		pub:       pub,
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.Node),
-		leases:    map[int]*heldLease{},
-		done:      make(chan struct{}),
-		drained:   map[int]int64{},
-		drainedCh: make(chan struct{}, 1),
+		store:   store,
+		pub:     pub,
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.Node),
+		leases:  map[int]*heldLease{},
+		done:    make(chan struct{}),
+		reports: newLeaseReports(),
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
 	r.caps = capsOf(store, pub)
@@ -266,6 +266,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 		r.wakes[i] = make(chan struct{}, 1)
 	}
 	r.fetchAll = make([]atomic.Bool, r.cfg.Workers)
+	r.idle = make([]atomic.Bool, r.cfg.Workers)
 	r.dirty = make([]atomic.Bool, r.partitions)
 	broadcast := func() {
 		for i := range r.wakes {
@@ -281,7 +282,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	if r.cfg.Ordering == OrderingNone {
 		var ws sync.WaitGroup
 		for i := 0; i < r.cfg.Workers; i++ {
-			ws.Go(func() { r.runUnordered(workCtx, killCtx, r.wakes[i]) })
+			ws.Go(func() { r.runUnordered(workCtx, killCtx, i) })
 		}
 		ws.Wait()
 		wg.Wait()
@@ -317,10 +318,7 @@ func (r *Relay) leave(killCtx context.Context) {
 		r.log.Warn("leave failed; leases expire by themselves", "err", err)
 		r.fail(fmt.Errorf("outbox: leave: %w (the leases expire by themselves after Config.LeaseTTL)", err))
 	}
-	r.leaseMu.Lock()
-	clear(r.leases)
-	r.leaseMu.Unlock()
-	r.leaseVer.Add(1)
+	clear(r.leases) // the workers are done
 	r.nLeases.Store(0)
 	r.emit(Event{Kind: EventLeases})
 }

@@ -555,3 +555,67 @@ func TestRelaySweepReadsBigLateCommitInBoundedSteps(t *testing.T) {
 		t.Fatalf("a sweep fetched %d late records at once, want at most FetchSize/2 = %d", most, cfg.FetchSize/2)
 	}
 }
+
+// Relays started together (a deployment) share the partitions at once:
+// the first takes every partition, and hands the second its share in one
+// of its first rounds, not a heartbeat later (an hour here).
+func TestRelaysStartedTogetherShareAtOnce(t *testing.T) {
+	st := memstore.New(16, nil)
+	start := func(node string) *outbox.Relay {
+		cfg := fastConfig()
+		cfg.Node = node
+		cfg.LeaseTTL, cfg.HeartbeatInterval = 3*time.Hour, time.Hour
+		return startRelay(t, st, &broker{}, cfg)
+	}
+	a := start("a")
+	waitFor(t, "a holds every partition", 10*time.Second, func() bool { return a.Stats().Leases == 16 })
+	b := start("b")
+	waitFor(t, "a and b hold 8 partitions each, long before a heartbeat", 20*time.Second, func() bool {
+		return a.Stats().Leases == 8 && b.Stats().Leases == 8
+	})
+}
+
+// claimCounter counts ClaimUnordered calls and those that found nothing.
+type claimCounter struct {
+	*memstore.Store
+	claims, empty atomic.Int64
+}
+
+func (c *claimCounter) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, error) {
+	cl, err := c.Store.ClaimUnordered(ctx, limit)
+	c.claims.Add(1)
+	if err == nil && len(cl.Records()) == 0 {
+		c.empty.Add(1)
+	}
+	return cl, err
+}
+
+// With ordering none, a notification wakes one worker, not all of them:
+// a small transaction costs one claim (and a backlog still reaches every
+// worker, see TestOrderingNone).
+func TestOrderingNoneNotificationWakesOneWorker(t *testing.T) {
+	st := &claimCounter{Store: memstore.New(4, nil)}
+	cfg := fastConfig()
+	cfg.Ordering = outbox.OrderingNone
+	cfg.Workers = 4
+	cfg.PollInterval = time.Hour // no poll: only notifications wake
+	b := &broker{}
+	startRelay(t, st, b, cfg)
+	waitFor(t, "every worker's first claim found nothing", 10*time.Second, func() bool { return st.empty.Load() >= 4 })
+	const n = 40
+	before := st.claims.Load()
+	for i := range n {
+		if err := st.Write(context.Background(), outbox.Message{Topic: "t", Key: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		// (A write before the relay subscribed is announced too: the
+		// subscription looks at every partition once it is live.)
+		waitFor(t, "delivered", 10*time.Second, func() bool { return len(b.delivered()) == i+1 && st.Outstanding() == 0 })
+	}
+	// One claim finds each message; a worker whose wake-up raced with its
+	// going idle may claim once more and find nothing. Waking every
+	// worker made 4 claims per message.
+	if claims := st.claims.Load() - before; claims > 2*n {
+		t.Fatalf("%d messages took %d claims, want at most %d", n, claims, 2*n)
+	}
+}

@@ -67,7 +67,9 @@ type Failure struct {
 	Attempts int
 	// NextAttemptAt is when to try again (ignored for dead letters).
 	NextAttemptAt time.Time
-	// Err is the error text, truncated by the store if very long.
+	// Err is the error text: the relay makes it valid UTF-8 without NUL
+	// bytes and at most 4 KiB (storepolicy.ErrorText); stores apply the
+	// same rule for other callers.
 	Err string
 }
 
@@ -195,7 +197,8 @@ type Notifier interface {
 	// Subscribe returns a channel that receives a value, coalesced, when
 	// messages may have been written. It is closed when ctx ends or the
 	// subscription fails (the relay then falls back to polling and
-	// subscribes again later).
+	// subscribes again later). The relay looks at every partition once
+	// Subscribe returned: writes committed before were not announced.
 	Subscribe(ctx context.Context) (<-chan struct{}, error)
 }
 
@@ -207,6 +210,8 @@ type PartitionNotifier interface {
 	// the partitions of each write as it commits, until ctx ends (it then
 	// returns nil) or the subscription fails (it returns the error; the
 	// relay polls and subscribes again). fn(nil) means "any partition".
+	// It calls fn(nil) once subscribed: writes committed before were not
+	// announced, and the relay then looks at every partition.
 	SubscribePartitions(ctx context.Context, fn func(partitions []int)) error
 }
 

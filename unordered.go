@@ -5,34 +5,39 @@ import (
 	"time"
 )
 
-// runUnordered is one worker of OrderingNone: claim with row locks,
-// publish, settle and commit, again and again.
-func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{}) {
+// runUnordered is worker i of OrderingNone: claim with row locks,
+// publish, settle and commit, again and again. When a claim finds nothing,
+// the worker waits for a notification (which wakes one worker, in turn);
+// worker 0 alone also polls, so that an idle relay makes one claim per
+// poll, not one per worker. A claim that comes back full wakes the next
+// worker: a backlog is drained by every worker at once.
+func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	us := r.caps.unordered
-	failures, blockedRounds := 0, 0
+	wake := r.wakes[i]
+	retry, blockedRounds := r.newRetrier(), 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			failures++
+			d := retry.failed()
 			r.emit(Event{Kind: EventStoreError, Err: err})
-			r.log.Warn("claim failed", "err", err)
-			sleepCtx(ctx, Backoff(failures, r.cfg.PollInterval, r.cfg.HeartbeatInterval))
+			r.log.Warn("claim failed", "err", err, "retry_in", d)
+			sleepCtx(ctx, d)
 			continue
 		}
-		failures = 0
+		retry.ok()
 		r.beat()
 		recs := claim.Records()
 		if len(recs) == 0 {
 			_ = claim.Release(killCtx)
-			select {
-			case <-ctx.Done():
-			case <-wake:
-			case <-time.After(r.cfg.PollInterval):
-			}
+			r.idleUnordered(ctx, i, wake)
 			continue
+		}
+		if len(recs) == r.cfg.BatchSize {
+			// More may be waiting: let the next worker claim meanwhile.
+			r.wake((i + 1) % len(r.wakes))
 		}
 		msgs := make([]*Message, len(recs))
 		ptrs := make([]*Record, len(recs))
@@ -75,5 +80,23 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, wake <-chan struct{})
 		} else {
 			blockedRounds = 0
 		}
+	}
+}
+
+// idleUnordered waits for a notification, and for worker 0 also for the
+// next poll.
+func (r *Relay) idleUnordered(ctx context.Context, i int, wake <-chan struct{}) {
+	var poll <-chan time.Time
+	if i == 0 {
+		t := time.NewTimer(r.pollInterval())
+		defer t.Stop()
+		poll = t.C
+	}
+	r.idle[i].Store(true)
+	defer r.idle[i].Store(false)
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-poll:
 	}
 }

@@ -12,10 +12,6 @@ import (
 // records into when it has several publish slots free.
 const minSplitBatch = 16
 
-// settleGather is how long a worker may hold settlements to write them in
-// one statement with those of the publishes still in flight.
-const settleGather = 5 * time.Millisecond
-
 // markedSweepInterval is the least time between sweeps with a store that
 // implements MarkedFetcher, whose fetches already return late commits.
 var markedSweepInterval = 30 * time.Second
@@ -27,36 +23,39 @@ type worker struct {
 	index int
 	wake  <-chan struct{}
 
-	parts    map[int]*partState
-	order    []int // partitions in round-robin order
-	next     int   // round-robin start
-	leaseVer uint64
+	parts map[int]*partState
+	order []int // partitions in round-robin order
+	next  int   // round-robin start
+	// leaseIn brings the coordinator's snapshots of this worker's leases
+	// (latest wins); fenced holds the leases a settle found fenced until a
+	// snapshot no longer has them.
+	leaseIn chan map[int]heldLease
+	fenced  map[int]int64
 
 	inflight int  // Publish calls in flight
 	shedding bool // some partition is being handed back
-	results  chan publishResult
-	settle   map[int]*Settlement // per partition, waiting to be written
-	settleN  int
-	// A fetch runs beside the publishing; its result comes on fetchedCh.
-	fetching  bool // a fetch is in flight
-	fetchedCh chan fetchResult
+	// events brings every result of work done beside the loop: publishes,
+	// settles, fetches and sweeps (see workerEvent).
+	events  chan workerEvent
+	settle  map[int]*Settlement // per partition, waiting to be written
+	settleN int
+	// A fetch runs beside the publishing.
+	fetching bool // a fetch is in flight
 
 	// The settler goroutine writes one batch of settlements at a time, so
 	// the worker publishes on while the store deletes.
 	settleSince time.Time // when the oldest queued settlement came
 	stopping    bool      // shutting down: settle at once
-	settleJobs  chan []Settlement
-	settleDone  chan settleResult
+	settleJobs  chan settleJob
 	settlerBusy bool
 	settlerN    int // settlements in the batch the settler is writing
 
 	lastSweep time.Time
 	// A sweep runs beside the publishing too, in two steps (Unsettled,
-	// then Fetch of the late records), each result coming on sweptCh.
+	// then Fetch of the late records).
 	sweeping   bool
 	sweepStart time.Time
 	fetchStart time.Time
-	sweptCh    chan sweepResult
 	// gone holds the IDs whose delivery or dead-lettering was written while
 	// a fetch or sweep was in flight, with when: a read that started before
 	// may still return them, and must not queue them again.
@@ -65,7 +64,7 @@ type worker struct {
 	// notified or not: a partition whose notification was lost is found
 	// within PollInterval even while other partitions keep being notified.
 	lastPoll   time.Time
-	storeFails int
+	storeRetry retrier
 	retryStore time.Time // no store call before this after a failure
 }
 
@@ -118,17 +117,19 @@ type publishResult struct {
 
 func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 	return &worker{
-		r:          r,
-		index:      index,
-		wake:       wake,
-		parts:      map[int]*partState{},
-		results:    make(chan publishResult, r.cfg.InFlight),
+		r:     r,
+		index: index,
+		wake:  wake,
+		parts: map[int]*partState{},
+		// At most InFlight publishes, one settle, one fetch and one sweep
+		// step are under way: their results never block the sender.
+		events:     make(chan workerEvent, r.cfg.InFlight+3),
+		leaseIn:    make(chan map[int]heldLease, 1),
+		fenced:     map[int]int64{},
 		settle:     map[int]*Settlement{},
-		settleJobs: make(chan []Settlement),
-		fetchedCh:  make(chan fetchResult, 1),
-		sweptCh:    make(chan sweepResult, 1),
+		settleJobs: make(chan settleJob),
 		gone:       map[string]time.Time{},
-		settleDone: make(chan settleResult, 1),
+		storeRetry: r.newRetrier(),
 	}
 }
 
@@ -145,20 +146,15 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		<-settlerDone
 	}()
 	for {
-		w.syncLeases()
 		w.reportDrained()
 		// Take what is ready without waiting.
 	drain:
 		for {
 			select {
-			case res := <-w.results:
-				w.handle(res)
-			case res := <-w.settleDone:
-				w.settled(res)
-			case res := <-w.fetchedCh:
-				w.fetched(res)
-			case res := <-w.sweptCh:
-				w.swept(ctx, res)
+			case ev := <-w.events:
+				ev.apply(ctx, w)
+			case snap := <-w.leaseIn:
+				w.syncLeases(snap)
 			default:
 				break drain
 			}
@@ -190,14 +186,10 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		// Nothing to do now: wait for a result, a wake-up or a timer.
 		t := time.NewTimer(w.nextWake(time.Now()))
 		select {
-		case res := <-w.results:
-			w.handle(res)
-		case res := <-w.settleDone:
-			w.settled(res)
-		case res := <-w.fetchedCh:
-			w.fetched(res)
-		case res := <-w.sweptCh:
-			w.swept(ctx, res)
+		case ev := <-w.events:
+			ev.apply(ctx, w)
+		case snap := <-w.leaseIn:
+			w.syncLeases(snap)
 		case <-w.wake: // refill reads what the notification asked for
 		case <-t.C:
 		case <-ctx.Done():
@@ -209,18 +201,37 @@ func (w *worker) run(ctx, killCtx context.Context) {
 	for w.inflight > 0 || w.settlerBusy || w.settleN > 0 || w.fetching || w.sweeping {
 		w.startSettle()
 		select {
-		case res := <-w.results:
-			w.handle(res)
-		case res := <-w.settleDone:
-			w.settled(res)
-		case <-w.fetchedCh:
-			w.fetching = false // shutting down: drop it
-		case <-w.sweptCh:
-			w.sweeping = false
+		case ev := <-w.events:
+			ev.apply(ctx, w) // (reads are dropped: stopping)
 		case <-killCtx.Done():
 			return
 		}
 	}
+}
+
+// workerEvent is the result of work done beside the worker's loop, applied
+// by the loop (the only goroutine touching the worker's state).
+type workerEvent interface {
+	apply(ctx context.Context, w *worker)
+}
+
+func (res publishResult) apply(_ context.Context, w *worker) { w.handle(res) }
+func (res settleResult) apply(_ context.Context, w *worker)  { w.settled(res) }
+
+func (res fetchResult) apply(_ context.Context, w *worker) {
+	if w.stopping {
+		w.fetching = false // shutting down: drop it
+		return
+	}
+	w.fetched(res)
+}
+
+func (res sweepResult) apply(ctx context.Context, w *worker) {
+	if w.stopping {
+		w.sweeping = false
+		return
+	}
+	w.swept(ctx, res)
 }
 
 // startSettle hands the queued settlements to the settler if it is idle.
@@ -228,10 +239,12 @@ func (w *worker) startSettle() {
 	if w.settlerBusy || w.settleN == 0 {
 		return
 	}
-	// Gather a batch's worth while publishes are still coming back (fewer,
-	// larger statements), but never hold settlements longer than
-	// settleGather.
-	if w.settleN < w.r.cfg.BatchSize && w.inflight > 0 && time.Since(w.settleSince) < settleGather && !w.stopping {
+	// Gather up to a batch's worth until the next multiple of
+	// SettleInterval (the same instant for every worker, so that the
+	// coalescer merges their writes), unless stopping or handing a
+	// partition back, which waits for its settlements.
+	timed := w.settleN < w.r.cfg.BatchSize && !w.stopping && !w.shedding
+	if timed && time.Now().Before(w.settleAt()) {
 		return
 	}
 	batch := make([]Settlement, 0, len(w.settle))
@@ -245,7 +258,25 @@ func (w *worker) startSettle() {
 	w.settleN = 0
 	w.settleSince = time.Time{}
 	w.settlerBusy = true
-	w.settleJobs <- batch
+	job := settleJob{batch: batch}
+	if timed {
+		job.gather = gatherAligned // every worker's settles are due now
+	}
+	w.settleJobs <- job
+}
+
+// settleJob is a batch of settlements for the settler; gather is passed
+// to the coalescer.
+type settleJob struct {
+	batch  []Settlement
+	gather time.Duration
+}
+
+// settleAt is when the queued settlements are due to be written: the
+// first multiple of SettleInterval after the oldest came.
+func (w *worker) settleAt() time.Time {
+	iv := w.r.cfg.SettleInterval
+	return w.settleSince.Truncate(iv).Add(iv)
 }
 
 // settleBound reports whether the worker's unwritten settlements have
@@ -262,12 +293,14 @@ func (w *worker) settleBound() bool {
 // messages then stay in the outbox and are published again later).
 func (w *worker) settler(killCtx context.Context) {
 	r := w.r
-	for batch := range w.settleJobs {
+	for job := range w.settleJobs {
+		batch := job.batch
 		var fenced []Lease
-		for attempt := 1; ; attempt++ {
+		retry := r.newRetrier()
+		for {
 			ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
 			start := time.Now()
-			out := r.calls.settle.do(ctx, batch)
+			out := r.calls.settle.do(ctx, batch, job.gather)
 			cancel()
 			if err := out.err; err == nil {
 				fenced = out.fenced
@@ -282,13 +315,13 @@ func (w *worker) settler(killCtx context.Context) {
 				break
 			}
 			r.emit(Event{Kind: EventStoreError, Err: out.err})
-			d := Backoff(attempt, r.cfg.PollInterval/4+time.Millisecond, r.cfg.HeartbeatInterval)
-			r.log.Warn("settle failed; retrying", "err", out.err, "attempt", attempt, "retry_in", d)
+			d := retry.failed()
+			r.log.Warn("settle failed; retrying", "err", out.err, "attempt", retry.failures, "retry_in", d)
 			if !sleepCtx(killCtx, d) {
 				break
 			}
 		}
-		w.settleDone <- settleResult{batch: batch, fenced: fenced}
+		w.events <- settleResult{batch: batch, fenced: fenced}
 	}
 }
 
@@ -300,10 +333,10 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	if !w.fetching && canStart {
 		// The next poll is due then (otherwise a result wakes the worker
 		// first, and refill polls after it).
-		d = max(0, w.lastPoll.Add(cfg.PollInterval).Sub(now))
+		d = max(0, w.lastPoll.Add(w.r.pollInterval()).Sub(now))
 	}
 	if w.settleN > 0 && !w.settlerBusy {
-		d = min(d, max(0, w.settleSince.Add(settleGather).Sub(now)))
+		d = min(d, max(0, w.settleAt().Sub(now)))
 	}
 	if !w.retryStore.IsZero() && w.retryStore.After(now) {
 		d = min(d, w.retryStore.Sub(now))
@@ -328,59 +361,44 @@ func (w *worker) nextWake(now time.Time) time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// syncLeases brings the worker's partitions in line with the relay's leases.
-func (w *worker) syncLeases() {
+// syncLeases brings the worker's partitions in line with the
+// coordinator's latest snapshot of their leases.
+func (w *worker) syncLeases(snap map[int]heldLease) {
 	r := w.r
-	ver := r.leaseVer.Load()
-	r.leaseMu.RLock()
-	defer r.leaseMu.RUnlock()
-	// Validity changes on every renewal without a version bump.
-	w.shedding = false
-	for p, ps := range w.parts {
-		if h, ok := r.leases[p]; ok && h.Epoch == ps.lease.Epoch {
-			ps.validUntil = h.validUntil
-			ps.shed = h.shed
-			w.shedding = w.shedding || h.shed
+	for p, e := range w.fenced {
+		if h, ok := snap[p]; !ok || h.Epoch != e {
+			delete(w.fenced, p) // the snapshot knows it is gone
+		} else {
+			delete(snap, p) // sent before the coordinator heard of it
 		}
 	}
-	if ver == w.leaseVer {
-		return
-	}
-	w.leaseVer = ver
 	for p, ps := range w.parts {
-		if h, ok := r.leases[p]; !ok || h.Epoch != ps.lease.Epoch {
+		if h, ok := snap[p]; !ok || h.Epoch != ps.lease.Epoch {
 			delete(w.parts, p)
 			delete(w.settle, p) // fenced anyway
 		}
 	}
-	for p, h := range r.leases {
-		if p%r.cfg.Workers != w.index {
-			continue
-		}
-		if _, ok := w.parts[p]; !ok {
-			w.parts[p] = &partState{
-				lease:      h.Lease,
-				validUntil: h.validUntil,
-				q:          newPartQueue(),
-				inflight:   map[string]*Record{},
-				settling:   map[string]int{},
-				deadHeld:   map[string]*Record{},
-				trunc:      map[string]int64{},
-				recov:      map[string]bool{},
-				shed:       h.shed,
+	w.shedding = false
+	for p, h := range snap {
+		ps, ok := w.parts[p]
+		if !ok {
+			ps = &partState{
+				lease:    h.Lease,
+				q:        newPartQueue(),
+				inflight: map[string]*Record{},
+				settling: map[string]int{},
+				deadHeld: map[string]*Record{},
+				trunc:    map[string]int64{},
+				recov:    map[string]bool{},
 			}
-		}
-	}
-	for _, ps := range w.parts {
-		if ps.q.hold == nil {
 			ps.q.hold = r.dests.holdRecord
+			w.parts[p] = ps
 		}
+		ps.validUntil, ps.shed = h.validUntil, h.shed
+		w.shedding = w.shedding || h.shed
 	}
 	w.reorder()
 	w.recount()
-	for _, ps := range w.parts {
-		w.shedding = w.shedding || ps.shed
-	}
 }
 
 // reportDrained tells the relay which of the partitions it is handing back
@@ -391,7 +409,7 @@ func (w *worker) reportDrained() {
 	}
 	for _, p := range w.order {
 		if ps := w.parts[p]; ps.shed && ps.drained() {
-			w.r.shedDrained(ps.lease)
+			w.r.reports.shedDrained(ps.lease)
 		}
 	}
 }
@@ -417,15 +435,14 @@ func (w *worker) storeFailed(op string, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	w.storeFails++
-	d := Backoff(w.storeFails, w.r.cfg.PollInterval/4+time.Millisecond, w.r.cfg.HeartbeatInterval)
+	d := w.storeRetry.failed()
 	w.retryStore = time.Now().Add(d)
 	w.r.emit(Event{Kind: EventStoreError, Err: err})
 	w.r.log.Warn("store call failed", "op", op, "err", err, "retry_in", d)
 }
 
 func (w *worker) storeOK() {
-	w.storeFails = 0
+	w.storeRetry.ok()
 	w.retryStore = time.Time{}
 }
 
@@ -436,8 +453,10 @@ func (w *worker) refill(ctx context.Context) {
 	}
 	cfg := w.r.cfg
 	now := time.Now()
-	poll := now.Sub(w.lastPoll) >= cfg.PollInterval
+	every := w.r.pollInterval()
+	poll := now.Sub(w.lastPoll) >= every
 	all := w.r.fetchAll[w.index].Swap(false)
+	polled, wanted := poll, false
 	var cursors []Cursor
 	for _, p := range w.order {
 		ps := w.parts[p]
@@ -464,13 +483,14 @@ func (w *worker) refill(ctx context.Context) {
 		if ps.caughtUp && !poll {
 			continue
 		}
+		wanted = wanted || !ps.caughtUp
 		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
 	}
 	if poll {
 		// Polled, even if every partition was full or shed. Polls fall on
 		// multiples of PollInterval, the same for every worker, so that an
 		// idle relay's polls are coalesced into one fetch.
-		w.lastPoll = now.Truncate(cfg.PollInterval)
+		w.lastPoll = now.Truncate(every)
 	}
 	if len(cursors) == 0 {
 		return
@@ -478,14 +498,20 @@ func (w *worker) refill(ctx context.Context) {
 	w.fetching = true
 	w.fetchStart = now
 	limit := max(1, cfg.FetchSize/2)
+	// A poll alone (no partition notified or running low) is due at the
+	// same instant in every worker: let them make one fetch.
+	var gather time.Duration
+	if polled && !wanted {
+		gather = gatherAligned
+	}
 	// The fetch runs beside the publishing; fetched applies its result.
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
 		defer cancel()
 		res := fetchResult{cursors: cursors, limit: limit, start: now}
-		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit})
+		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit}, gather)
 		res.recs, res.mark, res.err = out.recs, out.mark, out.err
-		w.fetchedCh <- res
+		w.events <- res
 	}()
 }
 
@@ -594,7 +620,7 @@ func (w *worker) sweep(ctx context.Context) {
 		sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
 		defer cancel()
 		refs, err := w.r.store.Unsettled(sctx, cursors)
-		w.sweptCh <- sweepResult{start: start, refs: refs, err: err}
+		w.events <- sweepResult{start: start, refs: refs, err: err}
 	}()
 }
 
@@ -661,7 +687,7 @@ func (w *worker) swept(ctx context.Context, res sweepResult) {
 			sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
 			defer cancel()
 			recs, err := w.r.store.Fetch(sctx, late, 1)
-			w.sweptCh <- sweepResult{start: res.start, late: true, recs: recs, err: err}
+			w.events <- sweepResult{start: res.start, late: true, recs: recs, err: err}
 		}()
 		return
 	}
@@ -868,7 +894,7 @@ func (w *worker) launch(killCtx context.Context, batch []*Record, deadline time.
 		} else {
 			errs = w.r.publish(ctx, batch, msgs)
 		}
-		w.results <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
+		w.events <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
 	}()
 }
 
@@ -1045,8 +1071,9 @@ func (w *worker) settled(res settleResult) {
 	w.r.fenced.Add(int64(len(res.fenced)))
 	w.r.emit(Event{Kind: EventFenced, Count: len(res.fenced)})
 	w.r.log.Warn("partitions lost to another relay", "leases", res.fenced)
+	w.r.reports.lost(res.fenced)
 	for _, l := range res.fenced {
-		w.r.dropLease(l)
+		w.fenced[l.Partition] = l.Epoch
 		if ps := w.parts[l.Partition]; ps != nil && ps.lease.Epoch == l.Epoch {
 			delete(w.parts, l.Partition)
 			delete(w.settle, l.Partition)

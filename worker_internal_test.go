@@ -122,7 +122,7 @@ func TestLaunchDoesNotPublishPastItsDeadline(t *testing.T) {
 			}
 			defer cancel()
 			w.launch(ctx, []*Record{rec}, time.Now().Add(c.deadline))
-			w.handle(<-w.results)
+			(<-w.events).apply(ctx, w)
 			if pub.calls != 0 {
 				t.Fatalf("Publish called %d times after the deadline or kill", pub.calls)
 			}

@@ -16,8 +16,10 @@
 //     acknowledge only after the commit;
 //   - inbox/dynamodb: the DynamoDB tools of "Idempotency in DynamoDB":
 //     optimistic concurrency and idempotent updates with a sliding window of
-//     keys on the item, with a capacity calculator;
-//   - inbox/inboxbench: throughput measurements for `outbox bench`.
+//     keys on the item, with a capacity calculator.
+//
+// Their throughput measurements (internal/inboxbench) are no part of the
+// public API.
 //
 // # Guarantees
 //

@@ -13,12 +13,10 @@ var _ outbox.HealthChecker = (*Publisher)(nil)
 // metadata (one request, to the first broker that answers, bounded by
 // ctx) and returns nil if one answered, else the last error.
 func (p *Publisher) Health(ctx context.Context) error {
-	if !p.begin() {
-		return fmt.Errorf("kafka: %w", outbox.ErrClosed)
-	}
-	defer p.active.Done()
-	if err := p.client.Ping(ctx); err != nil {
-		return fmt.Errorf("kafka: no broker of %v answers: %w", p.opts.Brokers, err)
-	}
-	return nil
+	return p.gate.Run(func() error {
+		if err := p.client.Ping(ctx); err != nil {
+			return fmt.Errorf("kafka: no broker of %v answers: %w", p.opts.Brokers, err)
+		}
+		return nil
+	})
 }

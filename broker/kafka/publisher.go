@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/broker/internal/pubgate"
 )
 
 // Publisher publishes outbox messages to Kafka with franz-go's idempotent
@@ -44,12 +46,10 @@ type Publisher struct {
 	client *kgo.Client
 	opts   Options
 
+	gate *pubgate.Gate
+
 	topicsMu sync.Mutex
 	topics   map[string]time.Time // topic → when it was last seen to exist
-
-	mu     sync.Mutex
-	closed bool
-	active sync.WaitGroup // Publish calls in progress
 }
 
 // Dial creates a franz-go client for opts.Brokers and checks that a broker
@@ -92,7 +92,8 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		}
 		return nil, fmt.Errorf("kafka: no broker of %v answers: %w; check Brokers (host:port of running Kafka brokers) and the network", opts.Brokers, err)
 	}
-	return &Publisher{client: client, opts: opts, topics: map[string]time.Time{}}, nil
+	gate := pubgate.New(pubgate.Config{Name: "kafka", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "acknowledgement"})
+	return &Publisher{client: client, opts: opts, gate: gate, topics: map[string]time.Time{}}, nil
 }
 
 // Client returns the franz-go client, for metrics and administration. Do
@@ -107,27 +108,10 @@ func (p *Publisher) Topic(topic string) string { return p.opts.TopicMapper(topic
 // PublishTimeout), and closes the client, failing the records still
 // buffered. Calling Close again returns nil.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
+	if p.gate.Close() {
+		p.client.Close()
 	}
-	p.closed = true
-	p.mu.Unlock()
-	p.active.Wait()
-	p.client.Close()
 	return nil
-}
-
-// begin registers a Publish call, unless the Publisher is closed.
-func (p *Publisher) begin() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.active.Add(1)
-	return true
 }
 
 // produced is the result of one record.
@@ -165,25 +149,17 @@ type produced struct {
 //
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	if !p.begin() {
-		return outbox.FillErrors(len(msgs), fmt.Errorf("kafka: publish: %w", outbox.ErrClosed))
-	}
-	defer p.active.Done()
-	if ctx.Err() != nil {
-		return outbox.FillErrors(len(msgs), fmt.Errorf("kafka: publish: not sent: %w", context.Cause(ctx)))
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.PublishTimeout,
-			fmt.Errorf("kafka: no acknowledgement within PublishTimeout (%v): %w", p.opts.PublishTimeout, context.DeadlineExceeded))
-		defer cancel()
-	}
+	return p.gate.Do(ctx, len(msgs), func(ctx context.Context, errs []error) {
+		topics := p.build(ctx, msgs, errs)
+		p.await(ctx, msgs, topics, p.send(ctx, msgs, topics, errs), errs)
+	})
+}
 
-	topics := make([]string, len(msgs))
+// build maps each message to its Kafka topic and sets the errors of the
+// messages that cannot be produced: an invalid topic name, no ID, or (unless
+// AllowAutoTopicCreation) a topic that does not exist.
+func (p *Publisher) build(ctx context.Context, msgs []*outbox.Message, errs []error) (topics []string) {
+	topics = make([]string, len(msgs))
 	for i, m := range msgs {
 		topics[i] = p.opts.TopicMapper(m.Topic)
 		if err := validateTopic(topics[i]); err != nil {
@@ -195,62 +171,90 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 	if !p.opts.AllowAutoTopicCreation {
 		p.checkTopics(ctx, msgs, topics, errs)
 	}
+	return topics
+}
 
-	// A message waits for the acknowledgement of the one before it of its
-	// key and topic in the call (see chain).
-	next := chain(msgs, topics, errs)
-	results := make(chan produced, len(msgs))
-	awaiting := make([]bool, len(msgs))
-	pending := 0
-	sent := make([]bool, len(msgs))
-	produce := func(i int) {
-		sent[i] = true
-		p.client.Produce(ctx, p.record(topics[i], msgs[i]), func(_ *kgo.Record, err error) {
-			results <- produced{i, err} // never blocks: room for every message
-		})
+// sending is the produce state of one Publish call.
+type sending struct {
+	results  chan produced
+	awaiting []bool // produced or waiting for its turn, no result yet
+	sent     []bool // produced
+	next     runs   // the next message of each one's key and topic (see chain)
+}
+
+// send produces the messages without an error yet, except those waiting
+// for the acknowledgement of the one before them of their key and topic
+// (see chain): await produces those in their turn. Results come on
+// s.results.
+func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, topics []string, errs []error) *sending {
+	s := &sending{
+		results:  make(chan produced, len(msgs)),
+		awaiting: make([]bool, len(msgs)),
+		sent:     make([]bool, len(msgs)),
+		next:     chain(msgs, topics, errs),
 	}
 	for i := range msgs {
 		if errs[i] != nil {
 			continue
 		}
-		awaiting[i] = true
-		pending++
-		if !next.waits(i) {
-			produce(i)
+		s.awaiting[i] = true
+		if !s.next.waits(i) {
+			p.produce(ctx, s, i, topics[i], msgs[i])
+		}
+	}
+	return s
+}
+
+// produce produces message i of the call.
+func (p *Publisher) produce(ctx context.Context, s *sending, i int, topic string, m *outbox.Message) {
+	s.sent[i] = true
+	p.client.Produce(ctx, p.record(topic, m), func(_ *kgo.Record, err error) {
+		s.results <- produced{i, err} // never blocks: room for every message
+	})
+}
+
+// await sets the results of the messages sent, as they come, producing the
+// next message of a key once the one before it is acknowledged, until
+// every one has come or ctx ends; then the messages still awaited fail.
+func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, topics []string, s *sending, errs []error) {
+	pending := 0
+	for _, wait := range s.awaiting {
+		if wait {
+			pending++
 		}
 	}
 	settle := func(r produced) {
 		errs[r.index] = p.classify(ctx, topics[r.index], msgs[r.index], r.err)
-		awaiting[r.index] = false
+		s.awaiting[r.index] = false
 		pending--
-		for j := next.after(r.index); j >= 0; j = next.after(j) {
+		for j := s.next.after(r.index); j >= 0; j = s.next.after(j) {
 			if errs[r.index] == nil {
-				produce(j) // its predecessor is written: its turn
+				p.produce(ctx, s, j, topics[j], msgs[j]) // the one before it is written: its turn
 				break
 			}
 			errs[j] = fmt.Errorf("kafka: produce to topic %q: %w", topics[j], errNotProduced)
-			awaiting[j] = false
+			s.awaiting[j] = false
 			pending--
 		}
 	}
 	for pending > 0 {
 		select {
-		case r := <-results:
+		case r := <-s.results:
 			settle(r)
 		case <-ctx.Done():
 			// Results that arrived meanwhile still count.
 			for drained := false; !drained && pending > 0; {
 				select {
-				case r := <-results:
+				case r := <-s.results:
 					settle(r)
 				default:
 					drained = true
 				}
 			}
-			for i, wait := range awaiting {
+			for i, wait := range s.awaiting {
 				if wait {
 					errs[i] = fmt.Errorf("kafka: produce to topic %q: not acknowledged (the record may still be produced): %w", topics[i], context.Cause(ctx))
-					if !sent[i] {
+					if !s.sent[i] {
 						errs[i] = fmt.Errorf("kafka: produce to topic %q: not produced: the earlier message of its key was not acknowledged in time: %w", topics[i], context.Cause(ctx))
 					}
 					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -260,10 +264,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 					}
 				}
 			}
-			return errs
+			return
 		}
 	}
-	return errs
 }
 
 // record builds the Kafka record for m.

@@ -17,10 +17,10 @@ var _ outbox.HealthChecker = (*Publisher)(nil)
 // disconnected, closed) and its last error. It reads the connection's
 // state and sends nothing.
 func (p *Publisher) Health(ctx context.Context) error {
-	if !p.begin() {
-		return fmt.Errorf("natsjs: %w", outbox.ErrClosed)
-	}
-	defer p.active.Done()
+	return p.gate.Run(p.health)
+}
+
+func (p *Publisher) health() error {
 	nc := p.nc
 	if nc == nil {
 		nc = p.js.Conn()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 
+	"github.com/outboxrelay/outbox/broker/internal/pubgate"
 	"github.com/outboxrelay/outbox/internal/redact"
 )
 
@@ -116,10 +117,7 @@ type Publisher struct {
 	opts   Options
 	sem    chan struct{} // one token per message awaited, shared by all calls
 	denied *denials      // permission violations the server reported (Dial)
-
-	mu     sync.Mutex
-	closed bool
-	active sync.WaitGroup // Publish calls in progress
+	gate   *pubgate.Gate
 }
 
 // New returns a Publisher that publishes through js. The caller owns js's
@@ -135,7 +133,8 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js, opts: opts, sem: make(chan struct{}, opts.MaxInFlight), denied: &denials{}}, nil
+	gate := pubgate.New(pubgate.Config{Name: "natsjs", Timeout: opts.AckTimeout, TimeoutField: "AckTimeout", Awaited: "acknowledgement"})
+	return &Publisher{js: js, opts: opts, sem: make(chan struct{}, opts.MaxInFlight), denied: &denials{}, gate: gate}, nil
 }
 
 // Dial connects to the NATS server(s) at url (comma-separated URLs for a
@@ -213,15 +212,7 @@ func (p *Publisher) Subject(topic string) string { return p.opts.SubjectPrefix +
 // and, for a Publisher made by Dial, drains and closes the connection.
 // Calling Close again returns nil.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	p.mu.Unlock()
-	p.active.Wait()
-	if p.nc == nil || p.nc.IsClosed() {
+	if !p.gate.Close() || p.nc == nil || p.nc.IsClosed() {
 		return nil
 	}
 	closed := p.nc.StatusChanged(nats.CLOSED)
@@ -243,17 +234,6 @@ func (p *Publisher) Close() error {
 		return fmt.Errorf("natsjs: connection not drained within %v; closed it", p.nc.Opts.DrainTimeout)
 	}
 	return nil
-}
-
-// begin registers a Publish call, unless the Publisher is closed.
-func (p *Publisher) begin() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.active.Add(1)
-	return true
 }
 
 // sent is a message published and awaiting its acknowledgement.
@@ -290,31 +270,14 @@ type sent struct {
 //
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	if !p.begin() {
-		return outbox.FillErrors(len(msgs), fmt.Errorf("natsjs: publish: %w", outbox.ErrClosed))
-	}
-	defer p.active.Done()
-	if ctx.Err() != nil {
-		return outbox.FillErrors(len(msgs), fmt.Errorf("natsjs: publish: not sent: %w", context.Cause(ctx)))
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.AckTimeout,
-			fmt.Errorf("natsjs: no acknowledgement within AckTimeout (%v): %w", p.opts.AckTimeout, context.DeadlineExceeded))
-		defer cancel()
-	}
-
-	pending := make(chan sent, len(msgs))
-	var wg sync.WaitGroup
-	wg.Go(func() { p.await(ctx, msgs, pending, errs) })
-	p.send(ctx, msgs, pending, errs)
-	wg.Wait()
-	p.resolveNoStream(ctx, errs)
-	return errs
+	return p.gate.Do(ctx, len(msgs), func(ctx context.Context, errs []error) {
+		pending := make(chan sent, len(msgs))
+		var wg sync.WaitGroup
+		wg.Go(func() { p.await(ctx, msgs, pending, errs) })
+		p.send(ctx, msgs, pending, errs)
+		wg.Wait()
+		p.resolveNoStream(ctx, errs)
+	})
 }
 
 // send publishes msgs in order, each after taking a token of p.sem, and

@@ -78,12 +78,23 @@ func TestRelayReportsReusedID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer relay.Stop()
+	// settled waits until n messages were published and their settlement
+	// has deleted them from the outbox (the relay counts a message
+	// published before it settles it), so that the ID can be written again.
 	settled := func(n int64) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
-		for s := relay.Stats(); s.Published < n; s = relay.Stats() {
+		for {
+			s := relay.Stats()
+			var left int
+			if err := store.DB().QueryRowContext(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if s.Published >= n && left == 0 {
+				return
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("relay stats %+v: fewer than %d messages settled within 30s", s, n)
+				t.Fatalf("relay stats %+v, %d messages left in the outbox: fewer than %d messages settled within 30s", s, left, n)
 			}
 			time.Sleep(10 * time.Millisecond) // polling a condition
 		}

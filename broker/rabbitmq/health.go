@@ -16,10 +16,11 @@ var _ outbox.HealthChecker = (*Publisher)(nil)
 // idle Publisher still finds the broker back; until then it returns the
 // reason.
 func (p *Publisher) Health(ctx context.Context) error {
-	if !p.begin() { // Close waits for it: no dial after Close
-		return fmt.Errorf("rabbitmq: %w", outbox.ErrClosed)
-	}
-	defer p.active.Done()
+	// Close waits for it: no dial after Close.
+	return p.gate.Run(func() error { return p.health(ctx) })
+}
+
+func (p *Publisher) health(ctx context.Context) error {
 	if err := p.acquire(ctx); err != nil {
 		return err
 	}

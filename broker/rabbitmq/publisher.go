@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 
+	"github.com/outboxrelay/outbox/broker/internal/pubgate"
 	"github.com/outboxrelay/outbox/internal/redact"
 )
 
@@ -69,10 +70,8 @@ type Publisher struct {
 	nextDial time.Time // no dial before this, after a failure
 	lastErr  error     // the last dial failure or connection loss
 
-	mu     sync.Mutex
-	closed bool
-	active sync.WaitGroup // Publish calls in progress
-	bg     sync.WaitGroup // goroutines: connection watchers, confirm collectors
+	gate *pubgate.Gate
+	bg   sync.WaitGroup // goroutines: connection watchers, confirm collectors
 }
 
 // Dial connects to the broker at url (amqp://user:password@host:5672/vhost,
@@ -101,6 +100,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Publisher, error) {
 		opts:     opts,
 		sem:      make(chan struct{}, opts.MaxInFlight),
 		lock:     make(chan struct{}, 1),
+		gate:     pubgate.New(pubgate.Config{Name: "rabbitmq", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "confirm"}),
 	}
 	s, err := dialSession(ctx, url, &p.opts, &p.bg)
 	if err != nil {
@@ -136,15 +136,9 @@ func dialError(redacted string, err error) error {
 // PublishTimeout), and closes the connection. Calling Close again returns
 // nil.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.gate.Close() {
 		return nil
 	}
-	p.closed = true
-	p.mu.Unlock()
-	p.active.Wait()
-
 	p.lock <- struct{}{}
 	s := p.sess
 	p.sess = nil
@@ -156,17 +150,6 @@ func (p *Publisher) Close() error {
 	// their confirms are settled, which closing the connection forces.
 	p.bg.Wait()
 	return nil
-}
-
-// begin registers a Publish call, unless the Publisher is closed.
-func (p *Publisher) begin() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.active.Add(1)
-	return true
 }
 
 // channel returns the session and the channel for the next Publish call,
@@ -265,173 +248,209 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 //
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	if !p.begin() {
-		return outbox.FillErrors(len(msgs), fmt.Errorf("rabbitmq: publish: %w", outbox.ErrClosed))
-	}
-	defer p.active.Done()
-	if ctx.Err() != nil {
-		return outbox.FillErrors(len(msgs), fmt.Errorf("rabbitmq: publish: not sent: %w", context.Cause(ctx)))
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.PublishTimeout,
-			fmt.Errorf("rabbitmq: no confirm within PublishTimeout (%v): %w", p.opts.PublishTimeout, context.DeadlineExceeded))
-		defer cancel()
-	}
-
-	s, c, err := p.channel(ctx)
-	if err != nil {
-		for i, m := range msgs {
-			errs[i] = p.blockedUnlessCancelled(ctx, m, err)
+	return p.gate.Do(ctx, len(msgs), func(ctx context.Context, errs []error) {
+		s, c, err := p.channel(ctx)
+		if err != nil {
+			for i, m := range msgs {
+				errs[i] = p.blockedUnlessCancelled(ctx, m, err)
+			}
+			return
 		}
-		return errs
-	}
+		k := p.build(ctx, s, c, msgs, errs)
+		if k.mandatory {
+			c.register(k.batch)
+			defer c.unregister(k.batch)
+		}
+		k.send()
+		k.await()
+	})
+}
 
-	// Build every publishing first: the failures found here are the
-	// message's own and permanent.
-	pubs := make([]amqp.Publishing, len(msgs))
-	keys := make([]string, len(msgs))
-	batch := make([]*inflight, 0, len(msgs))
+// call is one Publish call on a channel: its messages, their AMQP
+// publishings, and how far sending and settling have come.
+type call struct {
+	p         *Publisher
+	ctx       context.Context
+	s         *session
+	c         *channel
+	msgs      []*outbox.Message
+	errs      []error
+	pubs      []amqp.Publishing // by message index
+	batch     []*inflight       // the messages to send, in order
+	mandatory bool
+	sent      int // batch[:sent] were published (or failed to be)
+	settled   int // batch[:settled] have their result
+}
+
+// build makes the publishings of msgs. The failures found here are the
+// message's own and permanent; the other messages form the batch to send.
+func (p *Publisher) build(ctx context.Context, s *session, c *channel, msgs []*outbox.Message, errs []error) *call {
+	k := &call{p: p, ctx: ctx, s: s, c: c, msgs: msgs, errs: errs,
+		pubs:      make([]amqp.Publishing, len(msgs)),
+		batch:     make([]*inflight, 0, len(msgs)),
+		mandatory: !p.opts.AllowUnroutable,
+	}
 	for i, m := range msgs {
-		keys[i] = p.opts.RoutingKey(m.Topic)
-		if errs[i] = p.check(s, m, keys[i]); errs[i] != nil {
+		key := p.opts.RoutingKey(m.Topic)
+		if errs[i] = p.check(s, m, key); errs[i] != nil {
 			continue
 		}
-		pubs[i] = p.publishing(m)
-		batch = append(batch, &inflight{index: i, id: m.ID, routingKey: keys[i]})
+		k.pubs[i] = p.publishing(m)
+		k.batch = append(k.batch, &inflight{index: i, id: m.ID, routingKey: key})
 	}
-	mandatory := !p.opts.AllowUnroutable
-	if mandatory {
-		c.register(batch)
-		defer c.unregister(batch)
-	}
+	return k
+}
 
-	// A write blocked on a socket the broker no longer reads must not hold
-	// the call past its context: kill the connection then.
+// send publishes the batch in order, pipelined, each message after taking
+// a token of p.sem. It stops at the first failure that concerns the rest
+// of the batch (ctx ended, publishers blocked, the channel lost) and sets
+// their errors.
+func (k *call) send() {
+	defer k.watchdog()()
+	p := k.p
+	for k.sent < len(k.batch) {
+		in := k.batch[k.sent]
+		if !k.reserve() {
+			k.failRest(fmt.Errorf("rabbitmq: publish: not sent: %w", context.Cause(k.ctx)))
+			return
+		}
+		if reason := k.s.blocked.Load(); reason != nil {
+			<-p.sem
+			k.failRest(fmt.Errorf("rabbitmq: publish: not sent: the broker blocks publishers (%s); retry later", *reason))
+			return
+		}
+		dc, err := k.c.ch.PublishWithDeferredConfirmWithContext(k.ctx, p.opts.Exchange, in.routingKey, k.mandatory, false, k.pubs[in.index])
+		if err != nil {
+			<-p.sem
+			if k.c.closed() || errors.Is(err, amqp.ErrClosed) {
+				lost := p.channelLost(k.c, "not sent")
+				for _, in := range k.batch[k.sent:] {
+					k.errs[in.index] = p.lostError(k.msgs[in.index], lost)
+				}
+				k.sent = len(k.batch)
+				return
+			}
+			k.errs[in.index] = fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not sent: %w", p.opts.Exchange, in.routingKey, err)
+			k.sent++
+			continue
+		}
+		in.dc = dc
+		k.sent++
+	}
+}
+
+// watchdog guards the sending: a write blocked on a socket the broker no
+// longer reads must not hold the call past its context, so once ctx has
+// ended and stuckWriteGrace passed, it kills the connection. Call the
+// function it returns when the sending is over.
+func (k *call) watchdog() (stop func()) {
 	sending := make(chan struct{})
-	stopWatchdog := context.AfterFunc(ctx, func() {
+	stopWatchdog := context.AfterFunc(k.ctx, func() {
 		timer := time.NewTimer(stuckWriteGrace)
 		defer timer.Stop()
 		select {
 		case <-sending:
 		case <-timer.C:
-			p.opts.Logger.Warn("rabbitmq: a write to the broker is stuck; closing the connection", "url", p.redacted)
-			s.kill()
+			k.p.opts.Logger.Warn("rabbitmq: a write to the broker is stuck; closing the connection", "url", k.p.redacted)
+			k.s.kill()
 		}
 	})
-
-	sent := 0    // batch[:sent] were published (or failed to be)
-	settled := 0 // batch[:settled] have their result
-	settle := func() {
-		in := batch[settled]
-		settled++
-		if in.dc == nil { // not published
-			return
-		}
-		<-in.dc.Done()
-		errs[in.index] = p.result(c, in, msgs[in.index])
-		<-p.sem
+	return func() {
+		close(sending)
+		stopWatchdog()
 	}
-	failRest := func(err error) {
-		for _, in := range batch[sent:] {
-			errs[in.index] = p.blockedUnlessCancelled(ctx, msgs[in.index], err)
-		}
-		sent = len(batch)
-	}
+}
 
-publishing:
-	for sent < len(batch) {
-		in := batch[sent]
-		// Take a token, settling our own oldest message if its confirm
-		// comes first (so a batch larger than MaxInFlight cannot deadlock).
-		for {
-			if ctx.Err() != nil {
-				failRest(fmt.Errorf("rabbitmq: publish: not sent: %w", context.Cause(ctx)))
-				break publishing
-			}
-			var oldest <-chan struct{}
-			if settled < sent {
-				if dc := batch[settled].dc; dc != nil {
-					oldest = dc.Done()
-				} else {
-					settle()
-					continue
-				}
-			}
-			select {
-			case p.sem <- struct{}{}:
-			case <-oldest:
-				settle()
-				continue
-			case <-ctx.Done():
+// reserve takes a token of p.sem for the next message, settling the call's
+// own oldest message if its confirm comes first (so that a batch larger
+// than MaxInFlight cannot deadlock). It returns false if ctx ends first.
+func (k *call) reserve() bool {
+	for {
+		if k.ctx.Err() != nil {
+			return false
+		}
+		var oldest <-chan struct{}
+		if k.settled < k.sent {
+			dc := k.batch[k.settled].dc
+			if dc == nil {
+				k.settle()
 				continue
 			}
-			break
+			oldest = dc.Done()
 		}
-		if reason := s.blocked.Load(); reason != nil {
-			<-p.sem
-			failRest(fmt.Errorf("rabbitmq: publish: not sent: the broker blocks publishers (%s); retry later", *reason))
-			break
+		select {
+		case k.p.sem <- struct{}{}:
+			return true
+		case <-oldest:
+			k.settle()
+		case <-k.ctx.Done():
 		}
-		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, p.opts.Exchange, in.routingKey, mandatory, false, pubs[in.index])
-		if err != nil {
-			<-p.sem
-			if c.closed() || errors.Is(err, amqp.ErrClosed) {
-				lost := p.channelLost(c, "not sent")
-				for _, in := range batch[sent:] {
-					errs[in.index] = p.lostError(msgs[in.index], lost)
-				}
-				sent = len(batch)
-				break
-			}
-			errs[in.index] = fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not sent: %w", p.opts.Exchange, in.routingKey, err)
-			sent++
-			continue
-		}
-		in.dc = dc
-		sent++
 	}
-	close(sending)
-	stopWatchdog()
+}
 
-	// Wait for the confirms, in order.
-	for settled < sent {
-		in := batch[settled]
+// settle sets the result of the oldest message not settled, waiting for
+// its confirm, and gives back its token.
+func (k *call) settle() {
+	in := k.batch[k.settled]
+	k.settled++
+	if in.dc == nil { // not published
+		return
+	}
+	<-in.dc.Done()
+	k.errs[in.index] = k.p.result(k.c, in, k.msgs[in.index])
+	<-k.p.sem
+}
+
+// failRest sets err, for each message not sent yet, as its result.
+func (k *call) failRest(err error) {
+	for _, in := range k.batch[k.sent:] {
+		k.errs[in.index] = k.p.blockedUnlessCancelled(k.ctx, k.msgs[in.index], err)
+	}
+	k.sent = len(k.batch)
+}
+
+// await waits for the confirms of the messages sent, in order, until ctx
+// ends; then it abandons the rest.
+func (k *call) await() {
+	for k.settled < k.sent {
+		in := k.batch[k.settled]
 		if in.dc == nil {
-			settled++
+			k.settled++
 			continue
 		}
 		select {
 		case <-in.dc.Done():
-			settle()
-			continue
-		case <-ctx.Done():
+			k.settle()
+		case <-k.ctx.Done():
+			k.abandon()
+			return
 		}
-		// Abandon the rest: their tokens are given back once their
-		// confirms arrive, by a collector bounded by PublishTimeout.
-		var rest []*inflight
-		for _, in := range batch[settled:sent] {
-			if in.dc == nil {
-				continue
-			}
-			select {
-			case <-in.dc.Done():
-				errs[in.index] = p.result(c, in, msgs[in.index])
-				<-p.sem
-			default:
-				errs[in.index] = p.blockedUnlessCancelled(ctx, msgs[in.index], fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not confirmed (the message may still be delivered): %w",
-					p.opts.Exchange, in.routingKey, context.Cause(ctx)))
-				rest = append(rest, in)
-			}
-		}
-		settled = sent
-		p.collect(s, c, rest)
 	}
-	return errs
+}
+
+// abandon sets the results of the messages sent and not settled once ctx
+// has ended: those confirmed meanwhile count, the others fail. Their tokens
+// are given back once their confirms arrive, by a collector bounded by
+// PublishTimeout.
+func (k *call) abandon() {
+	p := k.p
+	var rest []*inflight
+	for _, in := range k.batch[k.settled:k.sent] {
+		if in.dc == nil {
+			continue
+		}
+		select {
+		case <-in.dc.Done():
+			k.errs[in.index] = p.result(k.c, in, k.msgs[in.index])
+			<-p.sem
+		default:
+			k.errs[in.index] = p.blockedUnlessCancelled(k.ctx, k.msgs[in.index], fmt.Errorf("rabbitmq: publish to exchange %q with routing key %q: not confirmed (the message may still be delivered): %w",
+				p.opts.Exchange, in.routingKey, context.Cause(k.ctx)))
+			rest = append(rest, in)
+		}
+	}
+	k.settled = k.sent
+	p.collect(k.s, k.c, rest)
 }
 
 // collect gives back the tokens of abandoned messages once their confirms

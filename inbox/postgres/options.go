@@ -3,9 +3,10 @@ package postgres
 import (
 	"cmp"
 	"fmt"
-	"regexp"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // Defaults and limits of [Options].
@@ -18,12 +19,8 @@ const (
 	// MaxTablePrefixLen bounds TablePrefix so that every derived name
 	// ("<prefix>_inbox_processed_idx" is the longest) fits PostgreSQL's
 	// 63-byte identifier limit.
-	MaxTablePrefixLen = 63 - len("_inbox_processed_idx")
+	MaxTablePrefixLen = storepolicy.MaxIdentifierLen - len("_inbox_processed_idx")
 )
-
-// identRe is the accepted form of Schema and TablePrefix (the outbox store's
-// rule). They are quoted anyway; the rule keeps names portable and readable.
-var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Options names the inbox table. The zero value of every field means its
 // default.
@@ -47,11 +44,11 @@ func (o Options) WithDefaults() Options {
 
 // validate reports the first invalid field of o (after defaults), naming it.
 func (o Options) validate() error {
-	if !identRe.MatchString(o.Schema) {
-		return fmt.Errorf("inbox/postgres: Options.Schema %q is not a valid name: use 1 to 63 letters, digits and '_', not starting with a digit", o.Schema)
+	if err := storepolicy.CheckIdentifier(o.Schema, storepolicy.MaxIdentifierLen); err != nil {
+		return fmt.Errorf("inbox/postgres: Options.Schema %w", err)
 	}
-	if !identRe.MatchString(o.TablePrefix) || len(o.TablePrefix) > MaxTablePrefixLen {
-		return fmt.Errorf("inbox/postgres: Options.TablePrefix %q is not a valid name: use 1 to %d letters, digits and '_', not starting with a digit", o.TablePrefix, MaxTablePrefixLen)
+	if err := storepolicy.CheckIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
+		return fmt.Errorf("inbox/postgres: Options.TablePrefix %w", err)
 	}
 	return nil
 }

@@ -32,11 +32,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/outboxrelay/outbox/inbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // Defaults and limits of [Options].
@@ -44,11 +45,10 @@ const (
 	// TablePrefixDefault is the default prefix of the table name: the table
 	// is <prefix>_inbox.
 	TablePrefixDefault = "outbox"
-	// MaxTablePrefixLen bounds TablePrefix.
-	MaxTablePrefixLen = 63 - len("_inbox_processed_idx")
+	// MaxTablePrefixLen bounds TablePrefix: the same bound as the PostgreSQL
+	// inbox, so that one prefix works for both.
+	MaxTablePrefixLen = storepolicy.MaxIdentifierLen - len("_inbox_processed_idx")
 )
-
-var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Options configures an [Inbox]. The zero value of every field means its
 // default.
@@ -72,8 +72,8 @@ func (o Options) WithDefaults() Options {
 }
 
 func (o Options) validate() error {
-	if !identRe.MatchString(o.TablePrefix) || len(o.TablePrefix) > MaxTablePrefixLen {
-		return fmt.Errorf("inbox/sqlite: Options.TablePrefix %q is not a valid name: use 1 to %d letters, digits and '_', not starting with a digit", o.TablePrefix, MaxTablePrefixLen)
+	if err := storepolicy.CheckIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
+		return fmt.Errorf("inbox/sqlite: Options.TablePrefix %w", err)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/outboxrelay/outbox"
 
 	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // Flag names used in the errors of OpenStore and OpenPublisher.
@@ -457,12 +458,13 @@ func brokerOptionsFromURL(u *url.URL, o BrokerOptions) (BrokerOptions, error) {
 	return o, nil
 }
 
-// MaxIdentifierLen is the longest schema name or table prefix accepted
-// (PostgreSQL's identifier limit is 63 bytes; the prefix leaves room for the
-// table names it is put before).
+// MaxIdentifierLen is the longest schema name accepted, PostgreSQL's
+// identifier limit; MaxTablePrefixLen the longest table prefix, which leaves
+// room for the longest name the SQL stores derive from it
+// ("<prefix>_dead_letters_failed_idx").
 const (
-	MaxIdentifierLen  = 63
-	MaxTablePrefixLen = 40
+	MaxIdentifierLen  = storepolicy.MaxIdentifierLen
+	MaxTablePrefixLen = storepolicy.MaxTablePrefixLen
 )
 
 // Validate checks the options every backend shares: identifiers are plain
@@ -470,12 +472,12 @@ const (
 // can smuggle SQL, and numbers are in range. Backends validate again.
 func (o StoreOptions) Validate() error {
 	if o.Schema != "" {
-		if err := checkIdentifier(o.Schema, MaxIdentifierLen); err != nil {
+		if err := storepolicy.CheckIdentifier(o.Schema, MaxIdentifierLen); err != nil {
 			return Invalid(storeOptionFlag("Schema"), "%v", err)
 		}
 	}
 	if o.TablePrefix != "" {
-		if err := checkIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
+		if err := storepolicy.CheckIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
 			return Invalid(storeOptionFlag("TablePrefix"), "%v", err)
 		}
 	}
@@ -516,22 +518,6 @@ func (o BrokerOptions) Validate() error {
 		// dot ("outbox."); without that dot it must still be a topic.
 		if err := outbox.ValidateTopic(strings.TrimSuffix(o.SubjectPrefix, ".")); err != nil {
 			return Invalid("--subject-prefix", "%v; use tokens of letters, digits, '_' and '-' separated by dots, such as outbox.", err)
-		}
-	}
-	return nil
-}
-
-func checkIdentifier(s string, maxLen int) error {
-	if len(s) > maxLen {
-		return fmt.Errorf("%q is %d bytes; the limit is %d", s, len(s), maxLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return fmt.Errorf("%q has %q at byte %d: use only letters, digits and '_', starting with a letter or '_'", s, c, i)
 		}
 	}
 	return nil

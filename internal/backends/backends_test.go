@@ -51,7 +51,7 @@ func TestOpenStoreRejectsBadURLs(t *testing.T) {
 		{"hostile schema flag", "teststore://h/db", StoreOptions{Schema: `public"; DROP TABLE x; --`}, []string{"--schema", `'"'`}},
 		{"hostile schema param", "teststore://h/db?schema=a%20b", StoreOptions{}, []string{"--schema", `' '`}},
 		{"schema starting with digit", "teststore://h/db", StoreOptions{Schema: "1abc"}, []string{"--schema", "starting with a letter"}},
-		{"long prefix", "teststore://h/db", StoreOptions{TablePrefix: strings.Repeat("p", 41)}, []string{"--table-prefix", "limit is 40"}},
+		{"long prefix", "teststore://h/db", StoreOptions{TablePrefix: strings.Repeat("p", 40)}, []string{"--table-prefix", "is 40 bytes; the limit is 39"}},
 		{"partitions not a number", "teststore://h/db?partitions=many", StoreOptions{}, []string{"--store", "partitions=", "integer"}},
 		{"partitions too many", "teststore://h/db?partitions=5000", StoreOptions{}, []string{"--partitions", "4096"}},
 		{"retention not a duration", "teststore://h/db?retention=forever", StoreOptions{}, []string{"--store", "duration"}},

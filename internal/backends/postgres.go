@@ -53,15 +53,10 @@ func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) 
 	return out, err
 }
 
-// postgresStore adapts *postgres.Store, whose Close returns nothing. The
-// embedded pointer keeps every optional ability (UnorderedStore, Notifier,
-// Cleaner, StatusReader, DeadLetterStore) visible to type assertions.
+// postgresStore adapts *postgres.Store's migration reports. The embedded
+// pointer keeps every optional ability (UnorderedStore, Notifier, Cleaner,
+// StatusReader, DeadLetterStore) visible to type assertions.
 type postgresStore struct{ *postgres.Store }
-
-func (s postgresStore) Close() error {
-	s.Store.Close()
-	return nil
-}
 
 func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error) {
 	q := u.Query()
@@ -107,21 +102,13 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		if o.Logger != nil {
 			s.SetLogger(o.Logger)
 		}
-		return walStore{s}, nil
+		// Its abilities: CommitOrdered, PartitionNotifier, StatusReader,
+		// SlotReader, DeadLetterStore, and Check for the relay's start-up.
+		return s, nil
 	}
 	s, err := postgres.Open(ctx, u.String(), opts)
 	if err != nil {
 		return nil, err
 	}
 	return postgresStore{s}, nil
-}
-
-// walStore adapts *postgres.WALStore (capture wal) the same way; its
-// abilities: CommitOrdered, PartitionNotifier, StatusReader, SlotReader,
-// DeadLetterStore, and Check for the relay's start-up.
-type walStore struct{ *postgres.WALStore }
-
-func (s walStore) Close() error {
-	s.WALStore.Close()
-	return nil
 }

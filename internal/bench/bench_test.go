@@ -30,7 +30,7 @@ func TestRunEveryScenario(t *testing.T) {
 	srv := testenv.NATS(t)
 	var notices bytes.Buffer
 	var progress int
-	rep, err := Run(ctx, Options{
+	rep, err := Run(ctx, children(Options{
 		Store:          dsn,
 		Broker:         srv.ClientURL(),
 		Messages:       tinyMessages,
@@ -38,12 +38,12 @@ func TestRunEveryScenario(t *testing.T) {
 		Batch:          100,
 		Workers:        2,
 		Runs:           1,
-		SteadyRate:     400,
 		SteadyDuration: time.Second,
 		SteadyWarmup:   250 * time.Millisecond,
+		IdleDuration:   time.Second,
 		Notices:        &notices,
 		Progress:       func(Progress) { progress++ },
-	})
+	}))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -53,10 +53,17 @@ func TestRunEveryScenario(t *testing.T) {
 		if res.Err != "" {
 			t.Errorf("%s failed: %s", res.Scenario, res.Err)
 		}
-		if !(res.MsgsPerSec > 0) {
+		if !(res.MsgsPerSec > 0) && res.Scenario != IdleName {
 			t.Errorf("%s: msgs_per_sec = %v, want > 0", res.Scenario, res.MsgsPerSec)
 		}
-		if res.Scenario == CeilingName || res.Scenario == SteadyName || res.Scenario == SteadyWALName {
+		if res.DB != DBExternal {
+			t.Errorf("%s: db %q, want %q (a --store server)", res.Scenario, res.DB, DBExternal)
+		}
+		if res.Load != nil {
+			checkLoad(t, res)
+			continue
+		}
+		if res.Scenario == CeilingName || res.Scenario == SteadyWALName {
 			continue
 		}
 		if len(res.Details) != 1 || len(res.Runs) != 1 {
@@ -74,6 +81,16 @@ func TestRunEveryScenario(t *testing.T) {
 			}
 			continue
 		}
+		if c := r.CPU; c == nil || runtime.GOOS == "linux" && !((c.Postgres > 0 || res.Scenario == CeilingBrokerName) && c.Relay > 0) {
+			t.Errorf("%s: CPU per process %+v, want PostgreSQL's and the relay's measured", res.Scenario, c)
+		} else if strings.HasPrefix(res.Scenario, "relay") && c.Relay < 0 {
+			t.Errorf("%s: the relay process's CPU was not measured: %+v", res.Scenario, c)
+		}
+		if strings.HasPrefix(res.Scenario, "relays/") && res.Scenario != RelaysName(1) {
+			if sum := sumOf(r.RelayShares); len(r.RelayShares) == 0 || sum < 0.999 || sum > 1.001 {
+				t.Errorf("%s: relay shares %v, want one per process summing to 1", res.Scenario, r.RelayShares)
+			}
+		}
 		if res.Scenario != CeilingBrokerName && r.Left != 0 {
 			t.Errorf("%s: left %d messages in the outbox, want 0", res.Scenario, r.Left)
 		}
@@ -90,16 +107,13 @@ func TestRunEveryScenario(t *testing.T) {
 	if s := rep.Result(ScalingName(8)); s != nil && s.Messages != tinyMessages {
 		t.Errorf("scaling ran on %d messages, want %d (the backlog, smaller than 10,000)", s.Messages, tinyMessages)
 	}
-	for _, name := range []string{SteadyName, SteadyWALName} {
-		st := rep.Result(name)
-		if st == nil || st.Latency == nil {
-			t.Fatalf("no %s latency in the report", name)
-		}
-		if l := st.Latency; l.ClientCPUMicros <= 0 || runtime.GOOS == "linux" && l.ServerCPUMicros <= 0 {
-			t.Errorf("%s: CPU per message %v (bench), %v (PostgreSQL); want both measured", name, l.ClientCPUMicros, l.ServerCPUMicros)
-		}
+	st := rep.Result(SteadyWALName)
+	if st == nil || st.Latency == nil {
+		t.Fatalf("no %s latency in the report", SteadyWALName)
 	}
-	st := rep.Result(SteadyName)
+	if l := st.Latency; l.ClientCPUMicros <= 0 || runtime.GOOS == "linux" && l.ServerCPUMicros <= 0 {
+		t.Errorf("%s: CPU per message %v (bench), %v (PostgreSQL); want both measured", SteadyWALName, l.ClientCPUMicros, l.ServerCPUMicros)
+	}
 	if l := st.Latency; l.Messages+l.WarmupMessages != st.Messages || l.Messages == 0 || l.WarmupMessages == 0 || !(l.P99 >= l.P50) || !(l.Max >= l.P99) {
 		t.Errorf("steady latency %+v for %d messages: want every message either measured or in the warm-up, some of each, and p50 <= p99 <= max", *l, st.Messages)
 	}
@@ -107,7 +121,10 @@ func TestRunEveryScenario(t *testing.T) {
 		t.Errorf("steady: CPU busy %v%%, want a share of the machine's CPU time (0, 100]", l.CPUBusy)
 	}
 	for _, tg := range rep.Targets {
-		if !tg.Measured {
+		// Statements need pg_stat_statements (not on the test server); a
+		// ratio of what the relay adds needs mode none to add something,
+		// which at a tiny load it may not.
+		if !tg.Measured && !strings.Contains(tg.Name, "statements/s") && !strings.Contains(tg.Name, "the relay adds within") {
 			t.Errorf("target %q not measured", tg.Name)
 		}
 	}
@@ -116,7 +133,8 @@ func TestRunEveryScenario(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500", "capture modes", "writer/wal-tx10", "relay/wal ≥ 1.5 × relay/key", "steady/wal: relay/wal", "steady/wal CPU per message"} {
+	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500", "capture modes", "writer/wal-tx10", "relay/wal ≥ 1.5 × relay/key", "steady/wal [external database]: relay/wal", "steady/wal CPU per message",
+		"db:     external", "relay processes [external database]", "relays/3", "steady load [external database]", "steady/none@5000", "idle: one `outbox relay` process", "CPU µs/MSG PG", "relay/key ≥ 0.95 × relay/none"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, table.String())
 		}
@@ -134,7 +152,7 @@ func TestRunEveryScenario(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &obj); err != nil {
 			t.Fatalf("JSON line %s: %v", line, err)
 		}
-		for _, k := range []string{"scenario", "store", "broker", "workers", "messages", "msgs_per_sec", "runs", "min", "max"} {
+		for _, k := range []string{"scenario", "store", "db", "broker", "workers", "messages", "msgs_per_sec", "runs", "min", "max"} {
 			if _, ok := obj[k]; !ok {
 				t.Errorf("JSON object %s lacks %q", line, k)
 			}
@@ -181,7 +199,8 @@ func TestSelect(t *testing.T) {
 		{nil, ScenarioNames()},
 		{[]string{"relay/*"}, []string{RelayNoneName, RelayKeyName, RelayWALName}},
 		{[]string{"writer/*", "ceiling/wal"}, []string{CeilingWALName, WriterTableTx1Name, WriterWALTx1Name, WriterTableTx10Name, WriterWALTx10Name}},
-		{[]string{"steady,seed-naive"}, []string{SeedNaiveName, SteadyName}},
+		{[]string{"steady/*,seed-naive"}, []string{SeedNaiveName, SteadyKey1000Name, SteadyNone1000Name, SteadyKey5000Name, SteadyNone5000Name, SteadyWALName}},
+		{[]string{"relays/*", "idle"}, []string{"relays/1", "relays/2", "relays/3", IdleName}},
 		{[]string{"scaling/*", "relay/key"}, []string{RelayKeyName, "scaling/w1", "scaling/w2", "scaling/w4", "scaling/w8"}},
 	}
 	for _, c := range cases {
@@ -209,6 +228,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"runs":            {Runs: -1},
 		"steady-rate":     {SteadyRate: -5},
 		"steady-duration": {SteadyDuration: -time.Second},
+		"idle-duration":   {IdleDuration: -time.Second},
+		"fast-db":         {FastDB: true, Store: "postgres://localhost/db"},
 	}
 	for flag, o := range cases {
 		err := o.WithDefaults().Validate()
@@ -265,6 +286,36 @@ func TestPayloadSize(t *testing.T) {
 	}
 }
 
+// checkLoad checks a steady/ORDERING@RATE or idle outcome: every
+// process's CPU measured (on Linux), the latencies in order.
+func checkLoad(t *testing.T, res *Result) {
+	t.Helper()
+	l := res.Load
+	if runtime.GOOS == "linux" && !(l.Core.Relay >= 0 && l.Core.Postgres >= 0) {
+		t.Errorf("%s: CPU %+v, want the relay's and PostgreSQL's measured", res.Scenario, l.Core)
+	}
+	if res.Scenario == IdleName {
+		return
+	}
+	if runtime.GOOS == "linux" && !(l.Alone.Postgres > 0 && l.Core.Producers > 0 && l.CPU.Relay > 0 && l.PostgresAloneMicros > 0) {
+		t.Errorf("%s: CPU %+v alone %+v per message %+v, PostgreSQL alone %v µs/msg; want each measured", res.Scenario, l.Core, l.Alone, l.CPU, l.PostgresAloneMicros)
+	}
+	if l.Messages == 0 || !(l.P99 >= l.P50) || !(l.Max >= l.P99) || !(l.Achieved > 0) || !(l.AchievedAlone > 0) || l.PerTx != SteadyPerTx {
+		t.Errorf("%s: %+v: want messages measured, p50 <= p99 <= max, both rates and %d messages per transaction", res.Scenario, *l, SteadyPerTx)
+	}
+	if len(res.Details) != 1 || res.Details[0].Left != 0 || res.Details[0].Stored != int64(res.Details[0].Messages) {
+		t.Errorf("%s: runs %+v, want one that left nothing behind and stored every message", res.Scenario, res.Details)
+	}
+}
+
+func sumOf(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
 // TestOtherBrokers runs the seeds, our relay and the broker ceiling on
 // RabbitMQ and Kafka (kfake) through backends.OpenPublisher, and checks
 // that every message reached the bench's queue or topic.
@@ -283,10 +334,10 @@ func TestOtherBrokers(t *testing.T) {
 			defer cancel()
 			dsn := testenv.PostgresDSN(t)
 			url := start(t)
-			rep, err := Run(ctx, Options{
+			rep, err := Run(ctx, children(Options{
 				Store: dsn, Broker: url, Messages: 500, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
 				Scenarios: []string{"seed-*", "relay/*", "ceiling/broker"},
-			})
+			}))
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -306,5 +357,47 @@ func TestOtherBrokers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnServerAndBroker runs the bench as `outbox bench` does without
+// --store and --broker: a durable throwaway PostgreSQL with
+// pg_stat_statements loaded, a broker process, and the relay as a
+// process; every row says the database is durable, the statements of each
+// run are read, and the broker process's CPU is measured.
+func TestOwnServerAndBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, children(Options{
+		Messages: 500, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
+		Scenarios: []string{RelayKeyName, CeilingStoreName},
+	}))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rep.DB != DBDurable || !strings.Contains(rep.Store, "fsync=on") || !strings.Contains(rep.Broker, "broker-process") {
+		t.Errorf("db %q, store %q, broker %q: want a durable throwaway server and the broker process", rep.DB, rep.Store, rep.Broker)
+	}
+	for _, res := range rep.Results {
+		if res.DB != DBDurable || len(res.Details) != 1 {
+			t.Fatalf("%s: db %q, %d runs (error %q); want durable, 1 run", res.Scenario, res.DB, len(res.Details), res.Err)
+		}
+		r := res.Details[0]
+		if len(r.Statements) == 0 || r.StatementCalls <= 0 {
+			t.Errorf("%s: statements %+v (%d calls), want the run's from pg_stat_statements", res.Scenario, r.Statements, r.StatementCalls)
+		}
+		if res.Scenario == RelayKeyName && runtime.GOOS == "linux" && !(r.CPU != nil && r.CPU.Broker > 0 && r.CPU.Relay > 0) {
+			t.Errorf("%s: CPU %+v, want the broker and relay processes measured", res.Scenario, r.CPU)
+		}
+	}
+	rep.ShowStatements = true
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"db:     durable", "drains [durable database]", "statements of relay/key [durable database]"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("the table lacks %q:\n%s", s, b.String())
+		}
 	}
 }

@@ -14,8 +14,6 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/backends"
-	"github.com/outboxrelay/outbox/internal/servers"
-
 	"github.com/outboxrelay/outbox/internal/redact"
 )
 
@@ -28,24 +26,70 @@ const Topic = "bench.events"
 // there.
 const duplicateWindow = 2 * time.Minute
 
-// Broker is where the scenarios publish: a publisher factory, plus, when
-// the broker allows it, a way to empty the destination before a run and to
-// count what it stored after one.
+// Broker is where the scenarios publish: a broker URL opened through
+// internal/backends with a subject (routing key, topic) prefix of the
+// bench's own, plus, when the broker allows it, a way to empty the
+// destination before a run, to count what it stored after one and to
+// receive what is published.
 //
 // A Broker is used by one scenario at a time.
 type Broker struct {
-	// Name describes the broker for the output ("nats (embedded, file
-	// storage)").
+	// Name describes the broker for the output ("nats (broker process,
+	// JetStream file storage)").
 	Name string
 
-	open  func(ctx context.Context) (outbox.Publisher, error)
+	// url is the broker URL the publishers and the relay processes use;
+	// prefix returns the subject prefix of the bench's destination now
+	// (Kafka's changes with every Reset).
+	url    string
+	prefix func() string
+
 	reset func(ctx context.Context) error
 	count func(ctx context.Context) (int64, error)
-	close func()
+	// receive, if set, calls got with the message ID of every message
+	// published to the destination from now on, until stop is called.
+	receive func(got func(id string)) (stop func(), err error)
+	close   func()
+	// proc is the broker process the bench started, nil for an external
+	// broker.
+	proc *child
 }
 
-// NewPublisher returns a new publisher; the caller closes it.
-func (b *Broker) NewPublisher(ctx context.Context) (outbox.Publisher, error) { return b.open(ctx) }
+// brokerSetup opens the bench's destination on the broker at rawURL.
+type brokerSetup func(ctx context.Context, rawURL string, o Options) (*Broker, error)
+
+// brokerSetups is the broker-specific part of the bench, by URL scheme:
+// the destination it creates (a stream, a queue, a topic), how it empties
+// and counts it. Publishers always come from backends.OpenPublisher. A
+// broker registered in internal/backends but not here runs without resets
+// or counts; adding one here is all a new broker needs.
+var brokerSetups = map[string]brokerSetup{
+	"nats": openNATSURL,
+	"tls":  openNATSURL,
+	"amqp": func(ctx context.Context, u string, o Options) (*Broker, error) {
+		return openAMQP(ctx, u, o.AMQPQueueType)
+	},
+	"amqps": func(ctx context.Context, u string, o Options) (*Broker, error) {
+		return openAMQP(ctx, u, o.AMQPQueueType)
+	},
+	"kafka": func(ctx context.Context, u string, _ Options) (*Broker, error) { return openKafka(ctx, u) },
+}
+
+// NewPublisher returns a new publisher on the bench's destination; the
+// caller closes it.
+func (b *Broker) NewPublisher(ctx context.Context) (outbox.Publisher, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return backends.OpenPublisher(ctx, b.url, backends.BrokerOptions{SubjectPrefix: b.prefix()})
+}
+
+// relayArgs are the `outbox relay` flags and environment that publish to
+// the bench's destination (the URL in the environment: it may hold
+// credentials).
+func (b *Broker) relayArgs() (args, env []string) {
+	return []string{"--subject-prefix", b.prefix()}, []string{"OUTBOX_BROKER=" + b.url}
+}
 
 // Reset empties the destination (a new stream) before a run; a no-op
 // when the broker cannot.
@@ -66,53 +110,45 @@ func (b *Broker) Stored(ctx context.Context) (int64, error) {
 }
 
 // Close releases the broker's connections, deletes the bench's stream and
-// stops an embedded server.
+// stops a broker process the bench started.
 func (b *Broker) Close() {
 	if b.close != nil {
 		b.close()
 	}
+	if b.proc != nil {
+		_ = b.proc.stop()
+	}
 }
 
-// OpenBroker opens the broker of rawURL: "" starts an embedded NATS server
-// with JetStream file storage; nats:// and tls:// connect to a NATS server
-// and create a stream of the bench's own; amqp:// and amqps:// declare a
-// queue of the bench's own bound to the exchange; kafka:// creates a topic
-// of the bench's own per run. Close deletes them. Publishers always come
-// from backends.OpenPublisher or the NATS publisher it would open, with a
-// subject, routing-key or topic prefix of the bench's own. Any other scheme
-// registered in internal/backends is opened with backends.OpenPublisher,
-// without resets or counts. amqpQueueType is the type of the queue declared
-// on RabbitMQ: AMQPClassic ("" means it) or AMQPQuorum.
-func OpenBroker(ctx context.Context, rawURL, amqpQueueType string) (*Broker, error) {
+// OpenBroker opens the broker of rawURL: "" starts a broker process (the
+// bench's own binary, `outbox bench broker-process`: the embedded NATS server with
+// JetStream file storage) and connects to it; nats:// and tls:// connect
+// to a NATS server and create a stream of the bench's own; amqp:// and
+// amqps:// declare a queue of the bench's own bound to the exchange;
+// kafka:// creates a topic of the bench's own per run (brokerSetups). Close
+// deletes them. Any other scheme registered in internal/backends is opened
+// without resets or counts. o.AMQPQueueType is the type of the queue
+// declared on RabbitMQ.
+func OpenBroker(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 	if rawURL == "" {
-		srv, stop, err := servers.StartNATS("")
+		proc, clientURL, err := startBrokerProcess(ctx, o)
 		if err != nil {
-			return nil, fmt.Errorf("bench: start the embedded NATS server: %w", err)
-		}
-		b, err := openNATS(ctx, srv.ClientURL(), "nats (embedded, JetStream file storage)")
-		if err != nil {
-			stop()
 			return nil, err
 		}
-		inner := b.close
-		b.close = func() { inner(); stop() }
+		b, err := openNATS(ctx, clientURL, "nats (a process of its own: outbox bench broker-process, embedded nats-server, JetStream file storage)")
+		if err != nil {
+			_ = proc.stop()
+			return nil, err
+		}
+		b.proc = proc
 		return b, nil
 	}
 	if err := backends.CheckBrokerURL(rawURL, backends.BrokerOptions{}); err != nil {
 		return nil, err
 	}
-	scheme, _, _ := strings.Cut(rawURL, "://")
-	switch scheme {
-	case "nats", "tls":
-		u, err := url.Parse(rawURL)
-		if err != nil {
-			return nil, backends.Invalid(backends.BrokerFlag, "is not a valid URL: %v", err)
-		}
-		return openNATS(ctx, rawURL, "nats ("+redact.URL(u.String())+", JetStream file storage)")
-	case "amqp", "amqps":
-		return openAMQP(ctx, rawURL, amqpQueueType)
-	case "kafka":
-		return openKafka(ctx, rawURL)
+	scheme := scheme(rawURL)
+	if setup, ok := brokerSetups[scheme]; ok {
+		return setup(ctx, rawURL, o)
 	}
 	// Check that it opens at all before any scenario starts.
 	p, err := backends.OpenPublisher(ctx, rawURL, backends.BrokerOptions{})
@@ -122,12 +158,35 @@ func OpenBroker(ctx context.Context, rawURL, amqpQueueType string) (*Broker, err
 	if err := p.Close(); err != nil {
 		return nil, err
 	}
-	return &Broker{
-		Name: scheme + " (no stream checks)",
-		open: func(ctx context.Context) (outbox.Publisher, error) {
-			return backends.OpenPublisher(ctx, rawURL, backends.BrokerOptions{})
-		},
-	}, nil
+	return &Broker{Name: scheme + " (no stream checks)", url: rawURL, prefix: func() string { return "" }}, nil
+}
+
+// startBrokerProcess starts `outbox bench broker-process` from the bench's binary
+// and reads the client URL it prints.
+func startBrokerProcess(ctx context.Context, o Options) (*child, string, error) {
+	c, first, err := startChild(ctx, o, "broker", BrokerCommand, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	select {
+	case line, ok := <-first:
+		if ok && strings.HasPrefix(line, "nats://") {
+			return c, line, nil
+		}
+		_ = c.stop()
+		return nil, "", fmt.Errorf("bench: the broker process printed no nats:// URL (got %q)%s", line, c.lastWords())
+	case <-ctx.Done():
+		_ = c.stop()
+		return nil, "", context.Cause(ctx)
+	}
+}
+
+func openNATSURL(ctx context.Context, rawURL string, _ Options) (*Broker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, backends.Invalid(backends.BrokerFlag, "is not a valid URL: %v", err)
+	}
+	return openNATS(ctx, rawURL, "nats ("+redact.URL(u.String())+", JetStream file storage)")
 }
 
 // openNATS connects to the NATS server at url and creates the bench's
@@ -158,13 +217,9 @@ func openNATS(ctx context.Context, url, name string) (*Broker, error) {
 		return nil, fmt.Errorf("bench: create stream %s: %w", stream, err)
 	}
 	return &Broker{
-		Name: name,
-		open: func(ctx context.Context) (outbox.Publisher, error) {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			return backends.OpenPublisher(ctx, url, backends.BrokerOptions{SubjectPrefix: prefix})
-		},
+		Name:   name,
+		url:    url,
+		prefix: func() string { return prefix },
 		// A purge keeps the stream's deduplication map (every message ID of
 		// the last two minutes), which would grow from run to run and slow
 		// the later ones down: each run gets a new stream instead, as each
@@ -185,10 +240,27 @@ func openNATS(ctx context.Context, url, name string) (*Broker, error) {
 			}
 			return int64(info.State.Msgs), nil
 		},
+		// A core subscription on the stream's subjects gets every message
+		// the stream takes, as the server routes it: commit→receive.
+		receive: func(got func(id string)) (func(), error) {
+			sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) { got(m.Header.Get(outbox.HeaderID)) })
+			if err != nil {
+				return nil, fmt.Errorf("bench: subscribe to %s>: %w", prefix, err)
+			}
+			if err := sub.SetPendingLimits(-1, -1); err != nil {
+				_ = sub.Unsubscribe()
+				return nil, err
+			}
+			if err := nc.Flush(); err != nil {
+				_ = sub.Unsubscribe()
+				return nil, err
+			}
+			return func() { _ = sub.Unsubscribe() }, nil
+		},
 		close: func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			// Best effort: on an embedded server the stream goes with it.
+			// Best effort: in the bench's broker process the stream goes with it.
 			_ = js.DeleteStream(ctx, stream)
 			nc.Close()
 		},

@@ -9,7 +9,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/rabbitmq"
 	"github.com/outboxrelay/outbox/internal/backends"
 
@@ -61,11 +60,8 @@ func openAMQP(ctx context.Context, rawURL, queueType string) (*Broker, error) {
 	suffix := randomHex(4)
 	prefix := "outbox_bench_" + suffix + "."
 	queue := "outbox_bench_" + suffix
-	open := func(ctx context.Context) (outbox.Publisher, error) {
-		return backends.OpenPublisher(ctx, rawURL, backends.BrokerOptions{SubjectPrefix: prefix})
-	}
 	// The publisher declares the exchange (unless it is passive).
-	p, err := open(ctx)
+	p, err := backends.OpenPublisher(ctx, rawURL, backends.BrokerOptions{SubjectPrefix: prefix})
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +85,9 @@ func openAMQP(ctx context.Context, rawURL, queueType string) (*Broker, error) {
 	}
 	u, _ := url.Parse(amqpURL)
 	return &Broker{
-		Name: fmt.Sprintf("rabbitmq (%s, exchange %s, durable %s queue, confirms)", redact.URL(u.String()), exchange, queueType),
-		open: open,
+		Name:   fmt.Sprintf("rabbitmq (%s, exchange %s, durable %s queue, confirms)", redact.URL(u.String()), exchange, queueType),
+		url:    rawURL,
+		prefix: func() string { return prefix },
 		reset: func(context.Context) error {
 			if _, err := ch.QueuePurge(queue, false); err != nil {
 				return fmt.Errorf("bench: purge queue %s: %w", queue, err)

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/kafka"
 	"github.com/outboxrelay/outbox/internal/backends"
 )
@@ -41,12 +40,11 @@ func openKafka(ctx context.Context, rawURL string) (*Broker, error) {
 		return nil, err
 	}
 	return &Broker{
-		Name: fmt.Sprintf("kafka (%s, %d partitions, acks=all)", strings.Join(opts.Brokers, ","), kafkaPartitions),
-		open: func(ctx context.Context) (outbox.Publisher, error) {
-			return backends.OpenPublisher(ctx, rawURL, backends.BrokerOptions{SubjectPrefix: b.prefix()})
-		},
-		reset: b.next,
-		count: b.count,
+		Name:   fmt.Sprintf("kafka (%s, %d partitions, acks=all)", strings.Join(opts.Brokers, ","), kafkaPartitions),
+		url:    rawURL,
+		prefix: b.prefix,
+		reset:  b.next,
+		count:  b.count,
 		close: func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -37,7 +37,7 @@ func CeilingStore(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	fetch := ceilingFetchSQL(env.messages)
 	del := `DELETE FROM ` + env.messages + ` WHERE id = ANY($1::uuid[])`
-	cpu := newCPUMeter(ctx, env)
+	cpu := newCPUMeter(ctx, env).withoutBroker()
 	tctx, untimed := timed(ctx)
 	cpu.begin()
 	start := time.Now()
@@ -51,7 +51,7 @@ func CeilingStore(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	err := g.Wait()
 	r := newRun(n, time.Since(start))
-	r.setCPU(cpu.end())
+	r.setCPU(cpu.end(), benchRelays)
 	untimed()
 	if err != nil {
 		return RunResult{}, fmt.Errorf("bench: ceiling/store: %w", err)
@@ -140,7 +140,9 @@ func CeilingBroker(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	env.meter.done.Store(0)
 
 	var next atomic.Int64
+	cpu := newCPUMeter(ctx, env)
 	tctx, untimed := timed(ctx)
+	cpu.begin()
 	start := time.Now()
 	g, gctx := errgroup.WithContext(tctx)
 	for range 2 * k.Workers {
@@ -166,6 +168,7 @@ func CeilingBroker(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	err = g.Wait()
 	r := newRun(n, time.Since(start))
+	r.setCPU(cpu.end(), benchRelays)
 	untimed()
 	if err != nil {
 		return RunResult{}, err

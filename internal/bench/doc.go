@@ -20,8 +20,23 @@
 //     publisher pipelines it: concurrent publishes awaited together); one
 //     UPDATE … FROM (VALUES …) per batch, as in the article; the transaction
 //     is held across the broker call.
-//   - relay/none, relay/key: ours, outbox.NewRelay on store/postgres and the
-//     broker's publisher, ordering none or key, --workers and --batch.
+//   - relay/none, relay/key: ours, as users run it: one `outbox relay`
+//     process (the bench's own binary, os.Executable, re-executed with the
+//     relay subcommand: --schema, --subject-prefix of the bench's
+//     destination, --ordering none or key, --workers, --batch, --http-addr
+//     on a free port; the store and broker URLs in OUTBOX_STORE and
+//     OUTBOX_BROKER, and no other OUTBOX_* variable of the bench's
+//     environment), timed from the process's start until
+//     the outbox is empty. Its /metrics are read every 100 ms (every 10 ms
+//     once 80% of the backlog is published; each scrape costs the relay a
+//     little CPU) until outbox_published_total reaches the backlog, then
+//     the outbox is counted in the database until it holds nothing; the
+//     process is stopped with SIGTERM (untimed) and must exit 0. Its
+//     fetches, publishes and settles come from the same /metrics.
+//   - relays/1, relays/2, relays/3: 1, 2 or 3 `outbox relay` processes
+//     (ordering key) started together on one backlog, with each
+//     process's share of the messages published (its /metrics); the
+//     ratio to relays/1 shows whether more relays mean slower.
 //   - relay/wal: ours on the WAL capture (store/postgres CaptureWAL): the
 //     backlog is emitted into the WAL (pg_logical_emit_message, untimed)
 //     after the bench's slot was created; the relay reads the slot
@@ -41,11 +56,62 @@
 //     published with confirmations in batches, no store. The combined
 //     ceiling 1 / (1/store + 1/broker) is derived from the two.
 //
-// The relay, ceiling and writer scenarios also report the CPU time per
-// message over the timed span: the bench's process (getrusage: producers
-// or relay, and an embedded broker) and PostgreSQL's processes (the
-// postmaster and its children, from /proc, when the server runs on this
-// machine).
+// # Database
+//
+// Without --store the bench starts a throwaway PostgreSQL from the local
+// binaries, durable by default: fsync, synchronous_commit and
+// full_page_writes on, as users run it; --fast-db starts it with fsync and
+// full_page_writes off (the bench's figures before issue #12). Every table
+// heading and every JSON object says which ("db": "durable", "fast", or
+// "external" for a --store server, which runs as it is configured). The
+// bench's own server loads pg_stat_statements (shared_preload_libraries);
+// it is reset before every timed span and read after it: the top
+// statements by total time (calls, total ms, rows, µs per message) are in
+// every run's JSON ("statements", "statement_calls") and printed under
+// each scenario with --statements. On a --store server they are not read
+// (resetting a server's statistics is not the bench's business).
+//
+// # Processes and their CPU
+//
+// Every scenario reports the CPU time per message over its timed span, per
+// process (RunResult.CPU, JSON "cpu_us_per_msg"):
+//
+//   - postgres: the postmaster and its children, when the server runs on
+//     this machine: live backends from /proc/<pid>/schedstat (nanoseconds;
+//     PostgreSQL's processes are single-threaded), backends that exited
+//     during the span from the postmaster's children times
+//     (/proc/<pid>/stat cutime + cstime);
+//   - broker: the broker process the bench started (/proc/<pid>/stat);
+//     "-" with an external --broker, whose CPU the bench cannot see;
+//   - relay: the `outbox relay` process(es) (/proc/<pid>/stat) for
+//     relay/none, relay/key, relays/N, scaling, steady and idle; for the
+//     scenarios that run their processor inside the bench's process (the
+//     seeds, ceiling/store, ceiling/broker, ceiling/wal, relay/wal) the
+//     bench's process (getrusage), which then only does that;
+//   - producers: the bench's process (getrusage) while its producers write
+//     (the writer and steady scenarios; in steady it also runs the
+//     subscriber that timestamps each received message).
+//
+// In relay/none, relay/key and relays/N the bench's process only waits
+// (its scrapes and the final count are in the statements, not in any CPU
+// column).
+//
+// # Broker
+//
+// Without --broker the bench starts its broker as a process of its own:
+// its binary re-executed as `outbox bench broker-process` (hidden), which
+// runs the embedded nats-server (the same server the Debian package
+// ships, as a Go library) with JetStream file storage in a temporary
+// directory and prints its client URL. With --broker nats://… the bench
+// uses that server instead: the broker's CPU is then not measured (it may
+// run elsewhere), and the figures compare with the embedded broker's as
+// one nats-server with file storage against another (version, storage
+// directory and machine permitting). Brokers are opened through
+// internal/backends (the registry); the broker-specific part of the bench
+// (the destination it creates, empties and counts: a stream, a queue, a
+// topic) is one brokerSetup per scheme in brokerSetups, so adding a broker
+// touches that one place; a scheme registered in internal/backends but not
+// there runs without resets or counts.
 //
 // The timed span of a drain starts right before the processor starts and
 // ends when the outbox is empty: the published count is polled every 5 ms
@@ -57,18 +123,17 @@
 // (round-robin), so that drift of the machine spreads over all scenarios.
 //
 // Every scenario publishes through the outbox.Publisher that
-// internal/backends opens for the --broker URL (seed-naive calls Publish
-// with one message at a time, seed-tuned with its whole batch), to a
-// destination of the bench's own: a JetStream stream (file storage,
-// deduplication window on) created once per invocation and purged before
-// every run; a RabbitMQ queue bound to the exchange, purged before every
-// run; a Kafka topic created for every run. Without --broker, an embedded
-// NATS server runs in the bench's process (so it shares its CPU).
+// internal/backends opens for the broker URL (seed-naive calls Publish
+// with one message at a time, seed-tuned with its whole batch; the relay
+// processes open theirs from the same URL and prefix), to a destination of
+// the bench's own: a JetStream stream (file storage, deduplication window
+// on) created anew before every run; a RabbitMQ queue bound to the
+// exchange, purged before every run; a Kafka topic created for every run.
 //
-// Our relay's hook events are summed per run (publish calls and their
-// sizes, fetches, settles and their durations) to show where its time
-// goes, and CPU profile samples are labelled scenario=<name> and
-// phase=timed|untimed.
+// Our relay's fetches, publish calls and settles (counts and summed
+// durations, from its /metrics histograms) show where its time goes, and
+// CPU profile samples of the bench's process are labelled
+// scenario=<name> and phase=timed|untimed.
 //
 // With a dynamodb:// store only the DynamoDB scenarios run (the others
 // are PostgreSQL-only), in tables of the bench's own (TABLE_bench_<random>
@@ -81,24 +146,51 @@
 //     difference over the timed span, per operation, gives the requests
 //     and capacity units per message relayed.
 //   - dynamodb/outstanding: ADR 0034's case, once after the rounds:
-//     dynamodb.CompareOutstandingQueries on an empty table of 20 shards
+//     store/dynamodb's outstanding-query comparison (registered with
+//     internal/dynamobench) on an empty table of 20 shards
 //     (5 topics: the older loop's 100 Queries against ScanConcurrency
-//     Scans), then again after dynamodb.FillBacklog.
+//     Scans), then again after a backlog was written with BatchWriteItem.
 //
 // On RabbitMQ the bench's queue is a durable classic queue, or a quorum
 // queue with Options.AMQPQueueType (--amqp-queue-type quorum).
 //
-// steady/wal is the steady scenario on the WAL capture (producers emit
-// into the WAL, relay/wal reads the slot), at the same rate; both report
-// the CPU time per message of the bench's process and of PostgreSQL over
-// the measured time.
+// # Steady load and idle
 //
-// The steady scenario runs once, after the rounds: producers write at a
-// fixed rate (default half the relay/key median) in small transactions
-// while relay/key runs, and the commit→broker-ack latency of every message
-// is recorded. The commit time is taken when the producer's Commit
-// returns; the ack time when the Publish call that carried the message
-// returns with no error for it, measured by a wrapping publisher (the
-// Publisher interface acknowledges a batch as a whole, so this is the time
-// the relay itself learns of the acknowledgement).
+// The steady/ORDERING@RATE scenarios (steady/key@1000, steady/none@1000,
+// steady/key@5000, steady/none@5000) and idle run once, after the rounds.
+// A steady scenario first runs the producers alone: 8 goroutines of the
+// bench's process commit SteadyPerTx (10) messages per transaction at the
+// offered rate, open loop, for --steady-warmup and then --steady-duration,
+// the latter measured (PostgreSQL's and the producers' CPU, the
+// statements); the outbox is emptied. Then one `outbox relay` process
+// (ordering ORDERING) is started and waited for (its /metrics served and,
+// in key mode, leases held), the bench subscribes to its destination, and
+// the producers run again the same way. Reported: the rate the producers
+// achieved with the relay and alone, each process's CPU over the measured
+// span as a share of a core and per message, the PostgreSQL CPU per
+// message the relay adds (with the relay minus alone, per second, divided
+// by the achieved rate) next to the producers' own, the relay's statements
+// per second (every statement's calls with the relay minus those with the
+// producers alone, from pg_stat_statements), and the commit→receive
+// latency: from the producer's Commit returning to the bench's core NATS
+// subscription on the stream's subjects receiving the message (the relay
+// runs in another process, so the old commit→ack, taken when the relay's
+// Publish call returned, cannot be observed; the subscriber receives a
+// message as the server routes it, at most one stream write before the
+// relay's acknowledgement). Only NATS has the subscriber; on other
+// brokers the steady scenarios fail with an error saying so. Every
+// message must arrive and the outbox must end empty.
+//
+// idle runs one `outbox relay` process (ordering key) on an empty outbox
+// for --idle-duration (20 s) after it is ready: its CPU and PostgreSQL's
+// as a share of a core, and the statements per second (every statement
+// PostgreSQL ran: nothing else runs).
+//
+// steady/wal is the older steady scenario, kept on the WAL capture with
+// the relay inside the bench's process (the bench creates the slot the
+// relay reads): producers emit into the WAL at --steady-rate (1,000 by
+// default, next to steady/key@1000) in transactions of ceil(rate / 1,000)
+// messages, and the commit→broker-ack latency of every message is
+// recorded: the ack time is when the Publish call that carried the
+// message returns with no error for it, measured by a wrapping publisher.
 package bench

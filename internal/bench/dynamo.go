@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/dynamobench"
 	"github.com/outboxrelay/outbox/store/dynamodb"
 
 	"github.com/outboxrelay/outbox/internal/redact"
@@ -344,8 +345,9 @@ func (e *dynamoEnv) relayKey(ctx context.Context, k Knobs) (dynamoRun, error) {
 
 // outstanding runs ADR 0034's case on a table of its own with
 // OutstandingShards shards (and the URL's ScanConcurrency and PageSize):
-// dynamodb.CompareOutstandingQueries on the empty outbox, then after
-// dynamodb.FillBacklog of backlog messages over OutstandingTopics topics.
+// dynamobench.CompareOutstanding on the empty outbox, then after
+// dynamobench.FillBacklog of backlog messages over OutstandingTopics topics
+// (store/dynamodb's helpers, registered there).
 func (e *dynamoEnv) outstanding(ctx context.Context, backlog int) (*OutstandingReport, error) {
 	opts := e.opts
 	opts.Table += "_adr"
@@ -363,21 +365,21 @@ func (e *dynamoEnv) outstanding(ctx context.Context, backlog int) (*OutstandingR
 		return rep, fmt.Errorf("bench: create table %s: %w", opts.Table, err)
 	}
 	e.meter.setPhase("comparing (empty outbox)")
-	older, ours, err := dynamodb.CompareOutstandingQueries(ctx, s, outstandingTopics, 0)
+	older, ours, err := dynamobench.CompareOutstanding(ctx, s, outstandingTopics, 0)
 	if err != nil {
 		return rep, err
 	}
-	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: 0, Older: older, Ours: ours})
+	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: 0, Older: dynamodb.RequestCount(older), Ours: dynamodb.RequestCount(ours)})
 	e.meter.start("writing", backlog)
-	if err := dynamodb.FillBacklog(ctx, s, outstandingTopics, backlog); err != nil {
+	if err := dynamobench.FillBacklog(ctx, s, outstandingTopics, backlog); err != nil {
 		return rep, err
 	}
 	e.meter.setPhase(fmt.Sprintf("comparing (%d outstanding)", backlog))
-	older, ours, err = dynamodb.CompareOutstandingQueries(ctx, s, outstandingTopics, 0)
+	older, ours, err = dynamobench.CompareOutstanding(ctx, s, outstandingTopics, 0)
 	if err != nil {
 		return rep, err
 	}
-	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: backlog, Older: older, Ours: ours})
+	rep.Rows = append(rep.Rows, OutstandingRow{Outstanding: backlog, Older: dynamodb.RequestCount(older), Ours: dynamodb.RequestCount(ours)})
 	return rep, nil
 }
 
@@ -393,7 +395,7 @@ func runDynamo(ctx context.Context, o Options, names []string, messagesDefaulted
 	if o.Broker == "" {
 		fmt.Fprintln(o.Notices, "bench: no --broker given: starting an embedded NATS server (JetStream, file storage)")
 	}
-	broker, err := OpenBroker(ctx, o.Broker, o.AMQPQueueType)
+	broker, err := OpenBroker(ctx, o.Broker, o)
 	if err != nil {
 		return nil, err
 	}
@@ -405,13 +407,13 @@ func runDynamo(ctx context.Context, o Options, names []string, messagesDefaulted
 	}
 	defer env.Close()
 	storeName := env.describe()
-	rep := &Report{Store: storeName, Broker: broker.Name, Options: o, dynamo: &dynamoNotes{messagesDefaulted: messagesDefaulted}}
+	rep := &Report{Store: storeName, Broker: broker.Name, DB: DBExternal, Options: o, dynamo: &dynamoNotes{messagesDefaulted: messagesDefaulted}}
 	stopProgress := startProgress(o, m)
 	defer stopProgress()
 
 	var errs []error
 	if slices.Contains(names, DynamoRelayKeyName) {
-		res := &Result{Scenario: DynamoRelayKeyName, Store: storeName, Broker: broker.Name, Workers: o.Workers, Batch: o.Batch, Messages: o.Messages,
+		res := &Result{Scenario: DynamoRelayKeyName, Store: storeName, DB: DBExternal, Broker: broker.Name, Workers: o.Workers, Batch: o.Batch, Messages: o.Messages,
 			DynamoDB: &DynamoRequests{Requests: []int64{}, ConsumedCapacity: []float64{}, Operations: map[string]dynamodb.OpStats{}}}
 		rep.Results = append(rep.Results, res)
 		k := Knobs{Messages: o.Messages, Payload: o.Payload, Keys: o.Keys, Batch: o.Batch, Workers: o.Workers}

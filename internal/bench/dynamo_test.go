@@ -30,12 +30,12 @@ func TestRunDynamoDB(t *testing.T) {
 	const scanConcurrency = 3
 	storeURL := "dynamodb://" + table + "?endpoint=" + endpoint + "&region=" + testenv.DynaliteRegion + "&scan_concurrency=3"
 	var notices bytes.Buffer
-	rep, err := Run(ctx, Options{
+	rep, err := Run(ctx, children(Options{
 		Store: storeURL, Broker: srv.ClientURL(),
 		Messages: 300, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
 		OutstandingBacklog: 200,
 		Notices:            &notices,
-	})
+	}))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -181,7 +181,7 @@ func TestAMQPQuorumQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	url := testenv.RabbitMQ(t)
-	b, err := OpenBroker(ctx, url, AMQPQuorum)
+	b, err := OpenBroker(ctx, url, Options{AMQPQueueType: AMQPQuorum})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,11 +201,11 @@ func TestAMQPQuorumQueue(t *testing.T) {
 		t.Errorf("no quorum queue outbox_bench_* on the node:\n%s", queues)
 	}
 
-	rep, err := Run(ctx, Options{
+	rep, err := Run(ctx, children(Options{
 		Store: testenv.PostgresDSN(t), Broker: url, AMQPQueueType: AMQPQuorum,
 		Messages: 300, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
 		Scenarios: []string{RelayKeyName},
-	})
+	}))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -58,6 +58,16 @@ type RunResult struct {
 	// of the PostgreSQL server (-1: not on this machine), where measured.
 	ClientCPUMicros float64 `json:"client_cpu_us_per_msg,omitempty"`
 	ServerCPUMicros float64 `json:"server_cpu_us_per_msg,omitempty"`
+	// CPU is the CPU time per message of each process, where measured.
+	CPU *ProcessCPU `json:"cpu_us_per_msg,omitempty"`
+	// Statements are the top statements of the timed span by total time
+	// (pg_stat_statements, on the bench's own server), and StatementCalls
+	// every statement's calls together.
+	Statements     []Statement `json:"statements,omitempty"`
+	StatementCalls int64       `json:"statement_calls,omitempty"`
+	// RelayShares holds, for relays/N, each relay process's share of the
+	// messages published (from its /metrics).
+	RelayShares []float64 `json:"relay_shares,omitempty"`
 }
 
 func newRun(n int, elapsed time.Duration) RunResult {
@@ -105,6 +115,16 @@ type Env struct {
 	payload   int // size of payloads
 
 	meter meter
+
+	// opts are the bench's options (for the processes it starts).
+	opts Options
+	// db says what the database is: DBDurable, DBFast or DBExternal.
+	db string
+	// statements is set when pg_stat_statements is read per run.
+	statements bool
+
+	postmasterOnce sync.Once
+	postmasterPID  int
 }
 
 // meter is the progress of the run in progress.

@@ -1,9 +1,16 @@
 package bench
 
-import (
-	"testing"
+// testChildEnv marks a process the tests started as the bench's relay or
+// broker process: the test binary then runs the outbox command line
+// (TestMain in main_external_test.go) instead of the tests.
+const testChildEnv = "OUTBOX_BENCH_TEST_CHILD"
 
-	"github.com/outboxrelay/outbox/internal/testenv"
-)
+// TestChildEnv is testChildEnv for the external test package.
+const TestChildEnv = testChildEnv
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// children returns o with the test binary as the outbox binary of the
+// relay and broker processes.
+func children(o Options) Options {
+	o.ChildEnv = append(o.ChildEnv, testChildEnv+"=1")
+	return o
+}

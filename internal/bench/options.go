@@ -38,12 +38,14 @@ const (
 	// size of the ADR's runs.
 	ScaleMessagesDefault  = 10_000
 	SteadyDurationDefault = 10 * time.Second
+	// IdleDurationDefault is how long the idle scenario measures.
+	IdleDurationDefault = 20 * time.Second
 	// SteadyWarmupDefault is the `outbox bench` default of
 	// Options.SteadyWarmup.
 	SteadyWarmupDefault = time.Second
-	// SteadyLoadDefault is the share of the measured relay/key rate the
-	// steady scenario produces at when no rate is given.
-	SteadyLoadDefault = 0.5
+	// SteadyRateDefault is steady/wal's rate when no rate is given: the
+	// rate of steady/key@1000, so that the two compare.
+	SteadyRateDefault = 1000
 	// SteadyTxRateMax bounds the producers' transactions per second: above
 	// it, transactions carry more than one message.
 	SteadyTxRateMax = 1000
@@ -106,9 +108,9 @@ type Options struct {
 	// Scenarios selects scenarios by name or path.Match pattern
 	// ("relay/*", "seed-*"); empty selects all. See [ScenarioNames].
 	Scenarios []string
-	// SteadyRate is the steady scenario's production rate in messages per
-	// second; 0 means SteadyLoadDefault × the relay/key median (relay/key
-	// is measured once first if it is not selected).
+	// SteadyRate is steady/wal's production rate in messages per second
+	// (default SteadyRateDefault). The steady/ORDERING@RATE scenarios
+	// carry their rates in their names.
 	SteadyRate int
 	// SteadyDuration is how long the steady scenario produces and measures.
 	SteadyDuration time.Duration
@@ -118,6 +120,20 @@ type Options struct {
 	// start-up (connections being opened, the first plans, the first
 	// stream blocks). Zero means none.
 	SteadyWarmup time.Duration
+	// FastDB starts the throwaway PostgreSQL server with fsync=off (and
+	// full_page_writes off), as the bench did before it measured durable
+	// databases by default. Invalid with Store.
+	FastDB bool
+	// IdleDuration is how long the idle scenario measures a relay with
+	// nothing to do.
+	IdleDuration time.Duration
+	// Executable is the outbox binary the bench runs its relay and broker
+	// processes from (`outbox relay`, `outbox bench broker-process`);
+	// default: its own (os.Executable). ChildEnv is added to their
+	// environment.
+	Executable string
+	ChildEnv   []string
+
 	// OutstandingBacklog is the backlog of the dynamodb/outstanding
 	// scenario's second row (default OutstandingBacklogDefault, or Messages
 	// if smaller).
@@ -157,6 +173,8 @@ func (o Options) WithDefaults() Options {
 	o.Runs = cmp.Or(o.Runs, RunsDefault)
 	o.ScaleMessages = cmp.Or(o.ScaleMessages, min(ScaleMessagesDefault, o.Messages))
 	o.SteadyDuration = cmp.Or(o.SteadyDuration, SteadyDurationDefault)
+	o.SteadyRate = cmp.Or(o.SteadyRate, SteadyRateDefault)
+	o.IdleDuration = cmp.Or(o.IdleDuration, IdleDurationDefault)
 	o.OutstandingBacklog = cmp.Or(o.OutstandingBacklog, min(OutstandingBacklogDefault, o.Messages))
 	o.AMQPQueueType = cmp.Or(o.AMQPQueueType, AMQPClassic)
 	if o.Logger == nil {
@@ -203,10 +221,16 @@ func (o Options) Validate() error {
 		}
 	}
 	if o.SteadyRate < 0 {
-		return invalid("SteadyRate", "steady-rate", "must be 0 (half the measured relay/key rate) or a positive number of messages per second, got %d", o.SteadyRate)
+		return invalid("SteadyRate", "steady-rate", "must be a positive number of messages per second, got %d", o.SteadyRate)
 	}
 	if o.SteadyDuration <= 0 {
 		return invalid("SteadyDuration", "steady-duration", "must be positive, got %v", o.SteadyDuration)
+	}
+	if o.FastDB && o.Store != "" {
+		return invalid("FastDB", "fast-db", "applies to the throwaway PostgreSQL the bench starts; with --store the database runs as it is configured: drop --fast-db or --store")
+	}
+	if o.IdleDuration <= 0 {
+		return invalid("IdleDuration", "idle-duration", "must be positive, got %v", o.IdleDuration)
 	}
 	if o.SteadyWarmup < 0 {
 		return invalid("SteadyWarmup", "steady-warmup", "must be 0 (none) or positive, got %v", o.SteadyWarmup)
@@ -261,7 +285,6 @@ const (
 	CeilingBrokerName = "ceiling/broker"
 	// CeilingName is the derived row 1 / (1/store + 1/broker).
 	CeilingName = "ceiling/combined"
-	SteadyName  = "steady"
 	// SteadyWALName is the steady scenario on the WAL capture: producers
 	// emitting into the WAL while relay/wal runs.
 	SteadyWALName = "steady/wal"
@@ -296,6 +319,13 @@ const (
 	ArticleTuned = 32500
 )
 
+// RelaysCounts are the relay process counts of the relays/N scenarios.
+var RelaysCounts = []int{1, 2, 3}
+
+// RelaysName returns the name of the scenario with n relay processes
+// draining one backlog.
+func RelaysName(n int) string { return fmt.Sprintf("relays/%d", n) }
+
 // ScalingName returns the name of the scaling scenario with w workers.
 func ScalingName(w int) string { return fmt.Sprintf("scaling/w%d", w) }
 
@@ -306,8 +336,12 @@ func ScenarioNames() []string {
 	for _, w := range ScalingWorkers {
 		names = append(names, ScalingName(w))
 	}
+	for _, n := range RelaysCounts {
+		names = append(names, RelaysName(n))
+	}
 	names = append(names, WALScenarioNames()[2:]...) // the writers
-	return append(names, SteadyName, SteadyWALName)
+	names = append(names, LoadScenarioNames()...)
+	return append(names, SteadyWALName)
 }
 
 // Select returns the PostgreSQL scenario names matched by patterns (names

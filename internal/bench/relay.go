@@ -3,27 +3,129 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/servers"
 )
 
-// RelayNone drains a backlog of k.Messages with our relay in ordering
-// none (SKIP LOCKED claims), k.Workers workers, batches of k.Batch.
+// RelayNone drains a backlog of k.Messages with one `outbox relay` process
+// in ordering none (SKIP LOCKED claims), k.Workers workers, batches of
+// k.Batch.
 func RelayNone(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
-	return relayDrain(ctx, env, k, outbox.OrderingNone)
+	return relayDrain(ctx, env, k, outbox.OrderingNone, 1)
 }
 
-// RelayKey drains a backlog of k.Messages with our relay in ordering key
-// (partition leases, per-key order), k.Workers workers, batches of k.Batch.
+// RelayKey drains a backlog of k.Messages with one `outbox relay` process
+// in ordering key (partition leases, per-key order), k.Workers workers,
+// batches of k.Batch.
 func RelayKey(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
-	return relayDrain(ctx, env, k, outbox.OrderingKey)
+	return relayDrain(ctx, env, k, outbox.OrderingKey, 1)
 }
 
-// relayDrain writes the backlog with the store's Writer, starts a relay on
-// a fresh store and publisher, and times it from Start until the outbox
-// is empty; then it stops the relay (untimed) and checks the stream.
-func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering) (RunResult, error) {
+// Relays returns the relays/N scenario: n `outbox relay` processes
+// (ordering key), started together, draining one backlog.
+func Relays(n int) ScenarioFunc {
+	return func(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
+		return relayDrain(ctx, env, k, outbox.OrderingKey, n)
+	}
+}
+
+// relayProc is an `outbox relay` process the bench started, publishing to
+// the bench's destination, with its /metrics.
+type relayProc struct {
+	*child
+	metrics string
+}
+
+// httpClient scrapes the relay processes' /metrics.
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// startRelay starts `outbox relay` from the bench's binary on the bench's
+// schema and destination (the store and broker URLs in its environment,
+// OUTBOX_STORE and OUTBOX_BROKER).
+func (e *Env) startRelay(ctx context.Context, ordering outbox.Ordering, k Knobs, node string) (*relayProc, error) {
+	port, err := servers.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"relay",
+		"--schema", e.schema,
+		"--ordering", string(ordering),
+		"--workers", strconv.Itoa(k.Workers), "--batch", strconv.Itoa(k.Batch),
+		"--http-addr", "127.0.0.1:" + strconv.Itoa(port),
+		"--node", node,
+		"--log-level", "warn",
+	}
+	bargs, benv := e.Broker.relayArgs()
+	env := append([]string{"OUTBOX_STORE=" + e.DSN}, benv...)
+	c, _, err := startChild(ctx, e.opts, "relay "+node, append(args, bargs...), env)
+	if err != nil {
+		return nil, err
+	}
+	return &relayProc{child: c, metrics: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}, nil
+}
+
+// scrape reads the relay's metrics; an error while its HTTP server is not
+// up yet reads as nothing.
+func (r *relayProc) scrape(ctx context.Context) (map[string]float64, error) {
+	if done, err := r.exited(); done {
+		return nil, fmt.Errorf("bench: the %s process exited during the run (%v)%s", r.name, err, r.lastWords())
+	}
+	m, err := scrapeMetrics(ctx, httpClient, r.metrics)
+	if err != nil {
+		return map[string]float64{}, nil
+	}
+	return m, nil
+}
+
+// stopRelays stops the relay processes (SIGTERM: a graceful stop) and
+// returns the first error.
+func stopRelays(relays []*relayProc) error {
+	var first error
+	for _, r := range relays {
+		if err := r.stop(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// relayTimes fills RelayTimes from a relay's metrics (the same events its
+// hook sees).
+func relayTimes(ms []map[string]float64) *RelayTimes {
+	var t RelayTimes
+	secs := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+	for _, m := range ms {
+		t.Fetches += int64(m["outbox_fetch_duration_seconds_count"])
+		t.FetchedRecords += int64(m["outbox_fetched_total"])
+		t.FetchTime += secs(m["outbox_fetch_duration_seconds_sum"])
+		t.Publishes += int64(m["outbox_publish_duration_seconds_count"])
+		t.Published += int64(m["outbox_published_total"])
+		t.PublishTime += secs(m["outbox_publish_duration_seconds_sum"])
+		t.Settles += int64(m["outbox_settle_duration_seconds_count"])
+		t.SettleTime += secs(m["outbox_settle_duration_seconds_sum"])
+		t.StoreErrors += int64(m["outbox_store_errors_total"])
+	}
+	return &t
+}
+
+// scrapeEvery is how often a drain reads the relays' /metrics while they
+// are far from done, and scrapeEveryNear once they published 80% of the
+// backlog: each scrape costs the relay some CPU.
+const (
+	scrapeEvery     = 100 * time.Millisecond
+	scrapeEveryNear = 10 * time.Millisecond
+)
+
+// relayDrain writes the backlog with the store's Writer, then starts procs
+// `outbox relay` processes and times them from their start until the
+// outbox is empty (their published counts, from /metrics, reach the
+// backlog; then the outbox is counted until it holds nothing); then it
+// stops them (SIGTERM, untimed) and checks the stream.
+func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, procs int) (RunResult, error) {
 	n := k.Messages
 	if err := env.prepareOurs(ctx, k, n); err != nil {
 		return RunResult{}, err
@@ -31,62 +133,86 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	if err := env.Broker.Reset(ctx); err != nil {
 		return RunResult{}, err
 	}
-	pub, err := env.Broker.NewPublisher(ctx)
-	if err != nil {
-		return RunResult{}, err
-	}
-	defer pub.Close()
-	store, err := env.openStore()
-	if err != nil {
-		return RunResult{}, err
-	}
-	defer store.Close()
-	var clock relayClock
-	relay, err := outbox.NewRelay(store, pub, outbox.Config{
-		Ordering:  ordering,
-		Workers:   k.Workers,
-		BatchSize: k.Batch,
-		Logger:    env.Log,
-		Hook:      clock.hook,
-	})
-	if err != nil {
-		return RunResult{}, err
-	}
-
 	cpu := newCPUMeter(ctx, env)
-	tctx, untimed := timed(ctx)
+	_, untimed := timed(ctx)
 	cpu.begin()
 	start := time.Now()
-	if err := relay.Start(tctx); err != nil {
-		untimed()
-		return RunResult{}, err
-	}
-	err = pollUntil(ctx, "relay/"+string(ordering), func() (bool, int64, error) {
-		st := relay.Stats()
-		env.meter.done.Store(st.Published)
-		if st.DeadLettered > 0 {
-			return false, 0, fmt.Errorf("bench: the relay dead-lettered %d messages", st.DeadLettered)
+	var relays []*relayProc
+	defer func() { _ = stopRelays(relays) }()
+	for i := range procs {
+		r, err := env.startRelay(ctx, ordering, k, "bench-relay-"+strconv.Itoa(i+1))
+		if err != nil {
+			untimed()
+			return RunResult{}, err
 		}
-		if st.Published < int64(n) {
-			return false, st.Published, nil
+		relays = append(relays, r)
+		cpu.add(r.child)
+	}
+	var (
+		last      time.Time
+		published int64
+		metrics   = make([]map[string]float64, procs)
+	)
+	err := pollUntil(ctx, fmt.Sprintf("%d relay process(es), ordering %s", procs, ordering), func() (bool, int64, error) {
+		if published < int64(n) {
+			every := scrapeEvery
+			if published >= int64(n)*8/10 {
+				every = scrapeEveryNear
+			}
+			if time.Since(last) < every {
+				return false, published, nil
+			}
+			last = time.Now()
+			var sum float64
+			for i, r := range relays {
+				m, err := r.scrape(ctx)
+				if err != nil {
+					return false, 0, err
+				}
+				if d := m["outbox_dead_lettered_total"]; d > 0 {
+					return false, 0, fmt.Errorf("bench: %s dead-lettered %.0f messages%s", r.name, d, r.lastWords())
+				}
+				metrics[i] = m
+				sum += m["outbox_published_total"]
+			}
+			published = int64(sum)
+			env.meter.done.Store(published)
+			if published < int64(n) {
+				return false, published, nil
+			}
 		}
 		left, err := env.leftOurs(ctx)
-		return left == 0, st.Published - left, err
+		return left == 0, published - left, err
 	})
 	elapsed := time.Since(start)
 	cpuUsed := cpu.end()
 	untimed()
-	stopErr := relay.Stop()
 	if err != nil {
 		return RunResult{}, err
 	}
-	if stopErr != nil {
-		return RunResult{}, fmt.Errorf("bench: stop the relay: %w", stopErr)
-	}
 	r := newRun(n, elapsed)
-	r.Failed = relay.Stats().Failed
-	r.Relay = clock.times()
-	r.setCPU(cpuUsed)
+	var failed float64
+	for i, rp := range relays {
+		m, err := rp.scrape(ctx)
+		if err != nil {
+			return r, err
+		}
+		metrics[i] = m
+		failed += m["outbox_failed_total"]
+	}
+	r.Failed = int64(failed)
+	r.Relay = relayTimes(metrics)
+	if procs > 1 && r.Relay.Published > 0 {
+		for _, m := range metrics {
+			r.RelayShares = append(r.RelayShares, m["outbox_published_total"]/float64(r.Relay.Published))
+		}
+	}
+	err = stopRelays(relays)
+	relays = nil
+	if err != nil {
+		return r, err
+	}
+	r.setCPU(cpuUsed, benchWaits)
 	if r.Left, err = env.leftOurs(ctx); err != nil {
 		return r, err
 	}

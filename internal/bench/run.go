@@ -18,6 +18,8 @@ import (
 type Result struct {
 	Scenario string `json:"scenario"`
 	Store    string `json:"store"`
+	// DB says what the database was: DBDurable, DBFast or DBExternal.
+	DB       string `json:"db"`
 	Broker   string `json:"broker"`
 	Workers  int    `json:"workers"`
 	Batch    int    `json:"batch"`
@@ -36,8 +38,10 @@ type Result struct {
 	ReferenceSource string  `json:"reference,omitempty"`
 	// Failed counts failed publish attempts over all runs.
 	Failed int64 `json:"failed_attempts,omitempty"`
-	// Latency is set for the steady scenario.
+	// Latency is set for the steady/wal scenario.
 	Latency *Latency `json:"latency,omitempty"`
+	// Load is set for the steady/ORDERING@RATE and idle scenarios.
+	Load *Load `json:"load,omitempty"`
 	// Err is set when a run failed (the remaining runs were skipped).
 	Err string `json:"error,omitempty"`
 	// Details holds every run's outcome.
@@ -49,9 +53,15 @@ type Result struct {
 
 // Report is the outcome of [Run].
 type Report struct {
-	Store   string
-	Broker  string
+	Store  string
+	Broker string
+	// DB says what the database is: DBDurable, DBFast or DBExternal.
+	DB      string
 	Options Options
+	// ShowStatements prints each scenario's top statements
+	// (pg_stat_statements) in WriteTable (`outbox bench --statements`);
+	// WriteJSON always has them.
+	ShowStatements bool
 	// Results in run order; ceiling/combined follows ceiling/broker when
 	// both ceilings ran.
 	Results []*Result
@@ -95,6 +105,9 @@ func scenarioTable(o Options) map[string]scenario {
 		RelayKeyName:      {fn: RelayKey, workers: o.Workers, batch: o.Batch, messages: o.Messages},
 		CeilingStoreName:  {fn: CeilingStore, workers: o.Workers, batch: o.Batch, messages: o.Messages},
 		CeilingBrokerName: {fn: CeilingBroker, workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		RelaysName(1):     {fn: Relays(1), workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		RelaysName(2):     {fn: Relays(2), workers: o.Workers, batch: o.Batch, messages: o.Messages},
+		RelaysName(3):     {fn: Relays(3), workers: o.Workers, batch: o.Batch, messages: o.Messages},
 		RelayWALName:      {fn: RelayWAL, workers: o.Workers, batch: o.Batch, messages: o.Messages},
 		CeilingWALName:    {fn: CeilingWAL, workers: o.Workers, batch: o.Batch, messages: o.Messages},
 	}
@@ -145,11 +158,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	dsn := o.Store
 	storeName := "postgres"
+	db := DBExternal
 	if dsn == "" {
-		fmt.Fprintln(o.Notices, "bench: no --store given: starting a throwaway PostgreSQL server from the local binaries (fsync=off, removed at exit)")
+		db = DBDurable
+		if o.FastDB {
+			db = DBFast
+		}
+		fmt.Fprintf(o.Notices, "bench: no --store given: starting a throwaway PostgreSQL server from the local binaries (%s, removed at exit)\n", dbText(db))
 		var stop func() error
 		var err error
-		dsn, stop, err = servers.StartPostgres(ctx, servers.PostgresOptions{})
+		dsn, stop, err = servers.StartPostgres(ctx, servers.PostgresOptions{Settings: postgresSettings(o.FastDB)})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
@@ -158,12 +176,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				o.Logger.Warn("bench: stop the throwaway PostgreSQL", "err", err)
 			}
 		}()
-		storeName = "postgres (throwaway, fsync=off)"
+		storeName = "postgres (throwaway, " + dbText(db) + ")"
 	}
 	if o.Broker == "" {
-		fmt.Fprintln(o.Notices, "bench: no --broker given: starting an embedded NATS server (JetStream, file storage)")
+		fmt.Fprintln(o.Notices, "bench: no --broker given: starting a broker process (outbox bench broker-process: the embedded NATS server, JetStream file storage)")
 	}
-	broker, err := OpenBroker(ctx, o.Broker, o.AMQPQueueType)
+	broker, err := OpenBroker(ctx, o.Broker, o)
 	if err != nil {
 		return nil, err
 	}
@@ -173,9 +191,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer env.Close()
+	env.opts, env.db = o, db
+	if db != DBExternal {
+		env.statements = env.enableStatements(ctx)
+	}
 	storeName = describeStore(ctx, env, storeName)
 
-	rep := &Report{Store: storeName, Broker: broker.Name, Options: o}
+	rep := &Report{Store: storeName, Broker: broker.Name, DB: db, Options: o}
 	table := scenarioTable(o)
 	k := Knobs{Messages: o.Messages, Payload: o.Payload, Keys: o.Keys, Batch: o.Batch, Workers: o.Workers}
 
@@ -184,7 +206,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if s, ok := table[n]; ok {
 			drains = append(drains, s)
 			rep.Results = append(rep.Results, &Result{
-				Scenario: n, Store: storeName, Broker: broker.Name,
+				Scenario: n, Store: storeName, DB: db, Broker: broker.Name,
 				Workers: s.workers, Batch: s.batch, Messages: s.messages,
 				Reference: s.ref, ReferenceSource: s.refSource,
 			})
@@ -223,12 +245,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	for _, name := range []string{SteadyName, SteadyWALName} {
+	for _, name := range append(LoadScenarioNames(), SteadyWALName) {
 		if !slices.Contains(names, name) {
 			continue
 		}
 		env.Log = baseLog.With("scenario", name)
-		res, err := runSteady(ctx, env, o, k, rep, name)
+		var res *Result
+		var err error
+		if name == SteadyWALName {
+			res, err = runSteady(ctx, env, o, k, rep, name)
+		} else {
+			res, err = runLoad(ctx, env, o, k, rep, name)
+		}
 		if res != nil {
 			rep.Results = append(rep.Results, res)
 		}
@@ -242,6 +270,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.finish(began)
 	return rep, errors.Join(errs...)
+}
+
+// startOnce starts the result of a scenario that runs once, after the
+// rounds.
+func (r *Report) startOnce(env *Env, name string, k Knobs) *Result {
+	env.meter.scenario(name, 1, 1)
+	return &Result{Scenario: name, Store: r.Store, DB: r.DB, Broker: r.Broker, Workers: k.Workers, Batch: k.Batch}
+}
+
+// once records the single run r of a scenario that runs once (steady,
+// steady/wal), whose rate is achieved.
+func (res *Result) once(r RunResult, achieved float64) {
+	res.Messages = r.Messages
+	res.MsgsPerSec, res.Min, res.Max = achieved, achieved, achieved
+	res.Runs = []float64{achieved}
+	res.Details = []RunResult{r}
+	res.Failed = r.Failed
 }
 
 // finish computes the medians, ratios, the combined ceiling and targets.
@@ -258,7 +303,7 @@ func (r *Report) finish(began time.Time) {
 	}
 	if s, b := r.Result(CeilingStoreName), r.Result(CeilingBrokerName); s != nil && b != nil && s.MsgsPerSec > 0 && b.MsgsPerSec > 0 && r.Result(CeilingName) == nil {
 		c := &Result{
-			Scenario: CeilingName, Store: r.Store, Broker: r.Broker,
+			Scenario: CeilingName, Store: r.Store, DB: r.DB, Broker: r.Broker,
 			Workers: s.Workers, Batch: s.Batch, Messages: s.Messages,
 			MsgsPerSec: combine(s.MsgsPerSec, b.MsgsPerSec),
 			Min:        combine(s.Min, b.Min),
@@ -270,13 +315,51 @@ func (r *Report) finish(began time.Time) {
 	}
 	if t := r.Result(SeedTunedName); t != nil && t.MsgsPerSec > 0 {
 		for _, res := range r.Results {
-			if res.MsgsPerSec > 0 && res.Latency == nil && !strings.HasPrefix(res.Scenario, "writer/") {
+			if res.MsgsPerSec > 0 && res.Latency == nil && res.Load == nil && !strings.HasPrefix(res.Scenario, "writer/") {
 				res.RatioToSeedTuned = res.MsgsPerSec / t.MsgsPerSec
 			}
 		}
 	}
 	r.Targets = targets(r)
 	r.Took = time.Since(began)
+}
+
+// What the database is, in Result.DB and Report.DB.
+const (
+	// DBDurable is the bench's own server with fsync, synchronous_commit
+	// and full_page_writes on: what users run.
+	DBDurable = "durable"
+	// DBFast is the bench's own server with fsync and full_page_writes
+	// off (--fast-db).
+	DBFast = "fast"
+	// DBExternal is a --store server: whatever it is configured to do.
+	DBExternal = "external"
+)
+
+// dbText says what a DB value means, for headings.
+func dbText(db string) string {
+	switch db {
+	case DBDurable:
+		return "durable: fsync=on, synchronous_commit=on, full_page_writes=on"
+	case DBFast:
+		return "fast: fsync=off, full_page_writes=off (--fast-db)"
+	}
+	return "external: --store, as configured"
+}
+
+// postgresSettings are the settings of the bench's own server: durable
+// unless fast, and pg_stat_statements loaded.
+func postgresSettings(fast bool) map[string]string {
+	s := map[string]string{
+		"fsync":                    "on",
+		"synchronous_commit":       "on",
+		"full_page_writes":         "on",
+		"shared_preload_libraries": "pg_stat_statements",
+	}
+	if fast {
+		s["fsync"], s["full_page_writes"] = "off", "off"
+	}
+	return s
 }
 
 // combine is the throughput of doing both jobs one after the other:

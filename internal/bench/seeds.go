@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // The seeds' SQL, as the article writes it (Dapper's @Name parameters
@@ -175,7 +175,9 @@ func SeedNaive(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	sel, upd, updErr := seedNaiveSelect(table), seedNaiveUpdate(table), seedNaiveUpdateError(table)
 
 	var failed int64
+	cpu := newCPUMeter(ctx, env)
 	tctx, untimed := timed(ctx)
+	cpu.begin()
 	start := time.Now()
 	for {
 		done, f, err := naiveBatch(tctx, env, pub, sel, upd, updErr)
@@ -190,6 +192,7 @@ func SeedNaive(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		env.meter.done.Add(int64(done))
 	}
 	r := newRun(n, time.Since(start))
+	r.setCPU(cpu.end(), benchRelays)
 	untimed()
 	r.Failed = failed
 	if r.Left, err = env.leftSeed(ctx, env.naiveSchema); err != nil {
@@ -228,7 +231,7 @@ func naiveBatch(ctx context.Context, env *Env, pub outbox.Publisher, sel, upd, u
 	}
 	var failed int64
 	for _, x := range batch {
-		m := &outbox.Message{ID: formatUUID(x.id), Topic: x.typ, Payload: x.content, CreatedAt: x.occurred}
+		m := &outbox.Message{ID: uuid.Format(x.id), Topic: x.typ, Payload: x.content, CreatedAt: x.occurred}
 		if perr := pub.Publish(ctx, []*outbox.Message{m})[0]; perr != nil {
 			failed++
 			if _, err := tx.Exec(ctx, updErr, x.id, perr.Error()); err != nil {
@@ -283,7 +286,9 @@ func SeedTuned(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		return s
 	}
 
+	cpu := newCPUMeter(ctx, env)
 	tctx, untimed := timed(ctx)
+	cpu.begin()
 	start := time.Now()
 	g, gctx := errgroup.WithContext(tctx)
 	for range SeedTunedWorkers {
@@ -305,6 +310,7 @@ func SeedTuned(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	err = g.Wait()
 	r := newRun(n, time.Since(start))
+	r.setCPU(cpu.end(), benchRelays)
 	untimed()
 	if err != nil {
 		return RunResult{}, err
@@ -341,7 +347,7 @@ func tunedBatch(ctx context.Context, env *Env, pub outbox.Publisher, sel string,
 			return 0, 0, err
 		}
 		ids = append(ids, id)
-		msgs = append(msgs, &outbox.Message{ID: formatUUID(id), Topic: typ, Payload: content})
+		msgs = append(msgs, &outbox.Message{ID: uuid.Format(id), Topic: typ, Payload: content})
 	}
 	if err := rows.Err(); err != nil {
 		return 0, 0, err
@@ -382,19 +388,4 @@ func uuidV4() [16]byte {
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
 	return u
-}
-
-// formatUUID encodes u in the canonical lower-case form.
-func formatUUID(u [16]byte) string {
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], u[10:16])
-	return string(s[:])
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/store/postgres"
 )
 
 // Latency is the outcome of the steady scenario: commit→broker-ack latency
@@ -55,64 +56,31 @@ type Latency struct {
 // readyTimeout bounds the wait for a relay to become ready.
 const readyTimeout = 30 * time.Second
 
-// Steady runs relay/key (k.Workers, k.Batch) on an empty outbox while
-// SteadyProducers goroutines write rate messages per second for warmup
-// and then d, in transactions of ceil(rate / SteadyTxRateMax) messages,
-// paced by a schedule (open loop: a late producer does not wait, it
-// catches up). It records, per message, the time its transaction's Commit
-// returned and the time the relay's Publish call carrying it returned with
-// no error for it (a wrapping publisher), and returns the distribution of
-// the difference over every message committed after the warm-up, once all
-// messages are acknowledged and the outbox is empty. It also reads how
-// busy the machine's CPUs were after the warm-up, while producing.
-func Steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
-	return steady(ctx, env, k, rate, warmup, d, false)
-}
-
-// SteadyWAL is Steady with the WAL capture: the producers emit into the
-// WAL and relay/wal reads the bench's slot (created for the run, dropped
-// after it).
+// SteadyWAL runs relay/wal (k.Workers, k.Batch, in the bench's process)
+// on the bench's slot (created for the run, dropped after it) while
+// SteadyProducers goroutines emit rate messages per second into the WAL
+// for warmup and then d (see produce). It records, per message, the time
+// its transaction's Commit returned and the time the relay's Publish call
+// carrying it returned with no error for it (a wrapping publisher), and
+// returns the distribution of the difference over every message committed
+// after the warm-up, once all messages are acknowledged and nothing is
+// buffered. It also reads how busy the machine's CPUs were after the
+// warm-up, while producing.
 func SteadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
-	return steady(ctx, env, k, rate, warmup, d, true)
-}
-
-func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, wal bool) (*Latency, RunResult, error) {
 	if rate <= 0 {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
 	}
-	perTx := (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
-	txRate := float64(rate) / float64(perTx)
-	txs := max(1, int(txRate*(warmup+d).Seconds()))
-	interval := time.Duration(float64(time.Second) / txRate)
+	perTx, txs, _ := txShape(rate, 0, warmup+d)
 	n := txs * perTx
-
-	var (
-		store  outbox.Store
-		left   func() (int64, error)
-		writer = env.writer
-	)
-	if wal {
-		k0 := k
-		k0.Messages = 0
-		ws, cleanup, err := env.prepareWAL(ctx, k0)
-		if err != nil {
-			return nil, RunResult{}, err
-		}
-		defer cleanup()
-		store, writer = ws, ws.Writer()
-		left = func() (int64, error) { return int64(ws.Stats().Buffered), nil }
-	} else {
-		if err := env.prepareOurs(ctx, k, 0); err != nil {
-			return nil, RunResult{}, err
-		}
-		ts, err := env.openStore()
-		if err != nil {
-			return nil, RunResult{}, err
-		}
-		defer ts.Close()
-		store = ts
-		left = func() (int64, error) { return env.leftOurs(ctx) }
+	k0 := k
+	k0.Messages = 0
+	ws, cleanup, err := env.prepareWAL(ctx, k0)
+	if err != nil {
+		return nil, RunResult{}, err
 	}
+	defer cleanup()
+	store, writer := ws, ws.Writer()
+	left := func() (int64, error) { return int64(ws.Stats().Buffered), nil }
 	env.meter.start("starting", n)
 	if err := env.Broker.Reset(ctx); err != nil {
 		return nil, RunResult{}, err
@@ -147,50 +115,13 @@ func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	}
 
 	env.meter.setPhase("producing")
-	var next, seq atomic.Int64
-	start := time.Now()
-	lat.setFrom(start.Add(warmup))
 	cpu := &cpuWindow{}
 	use := newCPUMeter(ctx, env)
-	measuring := time.AfterFunc(warmup, func() { cpu.begin(); use.begin() })
-	defer measuring.Stop()
-	g, gctx := errgroup.WithContext(ctx)
-	for range SteadyProducers {
-		g.Go(func() error {
-			msgs := make([]outbox.Message, perTx)
-			ids := make([]string, perTx)
-			for {
-				j := next.Add(1) - 1
-				if j >= int64(txs) {
-					return nil
-				}
-				if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
-					t := time.NewTimer(wait)
-					select {
-					case <-gctx.Done():
-						t.Stop()
-						return gctx.Err()
-					case <-t.C:
-					}
-				}
-				for i := range msgs {
-					msgs[i] = env.message(k, int(seq.Add(1)-1))
-					msgs[i].ID = outbox.NewID()
-					ids[i] = msgs[i].ID
-				}
-				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return writer.Write(gctx, tx, msgs...) })
-				if err != nil {
-					return fmt.Errorf("bench: steady: write: %w", err)
-				}
-				lat.committed(ids, time.Now())
-			}
-		})
-	}
-	if err := g.Wait(); err != nil {
+	lat.setFrom(time.Now().Add(warmup))
+	_, produced, err := produce(ctx, env, k, writer, rate, 0, warmup, d, func() { cpu.begin(); use.begin() }, lat.committed)
+	if err != nil {
 		return nil, RunResult{}, err
 	}
-	produced := time.Since(start)
-	measuring.Stop()
 	busy := cpu.end()
 	used := use.end()
 	env.meter.setPhase("draining")
@@ -237,47 +168,87 @@ func steady(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Dur
 	return l, r, nil
 }
 
-// runSteady runs the steady scenario for Run, at o.SteadyRate or half the
-// relay/key median (measuring relay/key once if it did not run).
+// txShape returns the messages per producer transaction at rate (perTx,
+// or with 0 the fewest that keep the transactions at SteadyTxRateMax per
+// second at most), the transactions of span and their interval.
+func txShape(rate, perTx int, span time.Duration) (_, txs int, interval time.Duration) {
+	if perTx <= 0 {
+		perTx = (rate + SteadyTxRateMax - 1) / SteadyTxRateMax
+	}
+	txRate := float64(rate) / float64(perTx)
+	return perTx, max(1, int(txRate*span.Seconds())), time.Duration(float64(time.Second) / txRate)
+}
+
+// produce runs SteadyProducers goroutines that write rate messages per
+// second with writer for warmup and then d, in transactions of
+// ceil(rate / SteadyTxRateMax) messages, paced by a schedule (open loop: a
+// late producer does not wait, it catches up); perTx 0 means as few as
+// SteadyTxRateMax allows (see txShape). measure, if not nil, is
+// called when the warm-up ends; committed, if not nil, with the IDs of
+// every transaction and the time its Commit returned. It returns the
+// messages written and how long it took.
+func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, rate, perTx int, warmup, d time.Duration, measure func(), committed func(ids []string, t time.Time)) (int, time.Duration, error) {
+	perTx, txs, interval := txShape(rate, perTx, warmup+d)
+	var next, seq atomic.Int64
+	start := time.Now()
+	if measure != nil {
+		t := time.AfterFunc(warmup, measure)
+		defer t.Stop()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for range SteadyProducers {
+		g.Go(func() error {
+			msgs := make([]outbox.Message, perTx)
+			ids := make([]string, perTx)
+			for {
+				j := next.Add(1) - 1
+				if j >= int64(txs) {
+					return nil
+				}
+				if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 {
+					t := time.NewTimer(wait)
+					select {
+					case <-gctx.Done():
+						t.Stop()
+						return gctx.Err()
+					case <-t.C:
+					}
+				}
+				for i := range msgs {
+					msgs[i] = env.message(k, int(seq.Add(1)-1))
+					msgs[i].ID = outbox.NewID()
+					ids[i] = msgs[i].ID
+				}
+				err := pgx.BeginFunc(gctx, env.Pool, func(tx pgx.Tx) error { return writer.Write(gctx, tx, msgs...) })
+				if err != nil {
+					return fmt.Errorf("bench: steady: write: %w", err)
+				}
+				if committed != nil {
+					committed(ids, time.Now())
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	return txs * perTx, time.Since(start), err
+}
+
+// runSteady runs steady/wal for Run, at o.SteadyRate.
 func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
 	rate := o.SteadyRate
-	if rate == 0 {
-		ref := 0.0
-		if rk := rep.Result(RelayKeyName); rk != nil && rk.Err == "" && len(rk.Details) > 0 {
-			ref, _, _ = summarize(runRates(rk.Details))
-		} else {
-			fmt.Fprintln(o.Notices, "bench: steady: relay/key did not run; measuring it once for the steady rate (or give --steady-rate)")
-			env.meter.scenario(RelayKeyName+" (for steady)", 1, 1)
-			r, err := RelayKey(ctx, env, k)
-			if err != nil {
-				return nil, err
-			}
-			ref = r.MsgsPerSec
-		}
-		rate = max(1, int(SteadyLoadDefault*ref))
-	}
-	env.meter.scenario(name, 1, 1)
-	res := &Result{Scenario: name, Store: rep.Store, Broker: rep.Broker, Workers: k.Workers, Batch: k.Batch}
-	run := Steady
-	if name == SteadyWALName {
-		run = SteadyWAL
-	}
+	res := rep.startOnce(env, name, k)
 	var (
 		l   *Latency
 		r   RunResult
 		err error
 	)
-	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) { l, r, err = run(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
+	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) { l, r, err = SteadyWAL(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
 	if err != nil {
 		res.Err = err.Error()
 		return res, err
 	}
-	res.Messages = r.Messages
 	res.Latency = l
-	res.MsgsPerSec, res.Min, res.Max = l.Achieved, l.Achieved, l.Achieved
-	res.Runs = []float64{l.Achieved}
-	res.Details = []RunResult{r}
-	res.Failed = r.Failed
+	res.once(r, l.Achieved)
 	return res, nil
 }
 

@@ -1,16 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -153,7 +147,7 @@ func RelayWAL(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	r.Failed = relay.Stats().Failed
 	r.Relay = clock.times()
 	r.Left = int64(store.Stats().Buffered)
-	r.setCPU(cpuUsed)
+	r.setCPU(cpuUsed, benchRelays)
 	return env.finish(ctx, r)
 }
 
@@ -170,7 +164,7 @@ func CeilingWAL(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	defer cleanup()
 	const node = "ceiling"
-	cpu := newCPUMeter(ctx, env)
+	cpu := newCPUMeter(ctx, env).withoutBroker()
 	tctx, untimed := timed(ctx)
 	cpu.begin()
 	start := time.Now()
@@ -248,7 +242,7 @@ func CeilingWAL(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 	}
 	r := newRun(n, elapsed)
 	r.Left = int64(store.Stats().Buffered)
-	r.setCPU(cpuUsed)
+	r.setCPU(cpuUsed, benchRelays)
 	return r, r.check()
 }
 
@@ -289,7 +283,7 @@ func Writer(capture postgres.Capture, perTx int) ScenarioFunc {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var firstErr error
-		cpu := newCPUMeter(ctx, env)
+		cpu := newCPUMeter(ctx, env).withoutBroker()
 		tctx, untimed := timed(ctx)
 		cpu.begin()
 		start := time.Now()
@@ -324,7 +318,7 @@ func Writer(capture postgres.Capture, perTx int) ScenarioFunc {
 		}
 		r := newRun(n, elapsed)
 		r.TxPerSec = float64((n+perTx-1)/perTx) / elapsed.Seconds()
-		r.setCPU(cpuUsed)
+		r.setCPU(cpuUsed, benchProduces)
 		if _, err := env.Pool.Exec(ctx, `TRUNCATE `+env.messages); err != nil {
 			return r, fmt.Errorf("bench: empty the outbox: %w", err)
 		}
@@ -337,119 +331,4 @@ func cmpErr(a, b error) error {
 		return a
 	}
 	return b
-}
-
-// cpuUse is the CPU time a run used: the bench's process (producers, the
-// relay, an embedded broker) and the PostgreSQL server's processes, when
-// the server runs on this machine (Server < 0 otherwise).
-type cpuUse struct {
-	Client, Server time.Duration
-}
-
-// setCPU records the CPU time per message of a run.
-func (r *RunResult) setCPU(c cpuUse) {
-	r.ClientCPUMicros = float64(c.Client.Microseconds()) / float64(r.Messages)
-	r.ServerCPUMicros = -1
-	if c.Server >= 0 {
-		r.ServerCPUMicros = float64(c.Server.Microseconds()) / float64(r.Messages)
-	}
-}
-
-// cpuMeter reads the CPU time of the bench's process (getrusage) and of
-// the PostgreSQL server (the postmaster and its children, from /proc: only
-// when the server runs on this machine and /proc tells).
-type cpuMeter struct {
-	postmaster     int // 0: unknown
-	client, server time.Duration
-}
-
-func newCPUMeter(ctx context.Context, env *Env) *cpuMeter {
-	m := &cpuMeter{}
-	var pid int
-	// The checkpointer's parent is the postmaster.
-	if err := env.Pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'`).Scan(&pid); err == nil {
-		if pp, _, ok := procStat(pid); ok {
-			m.postmaster = pp
-		}
-	}
-	return m
-}
-
-func (m *cpuMeter) begin() { m.client, m.server = selfCPU(), m.serverCPU() }
-
-func (m *cpuMeter) end() cpuUse {
-	u := cpuUse{Client: selfCPU() - m.client, Server: -1}
-	if m.postmaster > 0 {
-		if s := m.serverCPU(); s >= 0 && m.server >= 0 {
-			u.Server = s - m.server
-		}
-	}
-	return u
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// serverCPU sums the CPU time of the postmaster and its children, or -1.
-func (m *cpuMeter) serverCPU() time.Duration {
-	if m.postmaster == 0 {
-		return -1
-	}
-	_, total, ok := procStat(m.postmaster)
-	if !ok {
-		return -1
-	}
-	dirs, err := filepath.Glob("/proc/[0-9]*")
-	if err != nil {
-		return -1
-	}
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
-		if pp, t, ok := procStat(pid); ok && pp == m.postmaster {
-			total += t
-		}
-	}
-	return total
-}
-
-// clockTicks is the unit of /proc/<pid>/stat times (USER_HZ, 100 on
-// Linux).
-const clockTicks = 100
-
-// procStat returns a process's parent and CPU time (user + system) from
-// /proc/<pid>/stat.
-func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, false
-	}
-	defer f.Close()
-	line, err := bufio.NewReader(f).ReadString('\n')
-	if err != nil && line == "" {
-		return 0, 0, false
-	}
-	// pid (comm) state ppid … utime stime: comm may hold spaces.
-	i := strings.LastIndexByte(line, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	fields := strings.Fields(line[i+1:])
-	if len(fields) < 13 {
-		return 0, 0, false
-	}
-	ppid, err1 := strconv.Atoi(fields[1])
-	ut, err2 := strconv.ParseInt(fields[11], 10, 64)
-	st, err3 := strconv.ParseInt(fields[12], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return 0, 0, false
-	}
-	return ppid, time.Duration(ut+st) * time.Second / clockTicks, true
 }

@@ -101,7 +101,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.IntVar(&f.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered (a blocked destination spends none)")
 	fs.StringVar(&f.onPermanent, "on-permanent", string(outbox.PermanentDeadLetter), "a message the broker can never take (too large, invalid): dead-letter (and go on with its key) or hold (keep it at the head of its key, retried at the longest backoff, logged as an error)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", outbox.ShutdownTimeoutDefault, "on SIGINT/SIGTERM, wait this long for the batches in hand")
-	fs.DurationVar(&f.pollInterval, "poll-interval", outbox.PollIntervalDefault, "look for new messages this often when no notification arrives")
+	fs.DurationVar(&f.pollInterval, "poll-interval", outbox.PollIntervalDefault, "look for new messages this often when no notification arrives (four times less often while subscribed to the store's notifications, which announce every write)")
 	fs.StringVar(&f.node, "node", "", "this relay's name in leases and status (default: hostname-pid-random)")
 	fs.StringVar(&f.httpAddr, "http-addr", HTTPAddrDefault, "serve /healthz, /readyz and /metrics here (host:port; port 0 picks one; empty disables)")
 	f.observe.add(fs)

@@ -57,7 +57,7 @@ func newStore(t *testing.T) *postgres.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { _ = s.Close() })
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func setupWith(t *testing.T, partitions int, broker func(t *testing.T) *target) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(st.Close)
+	t.Cleanup(func() { _ = st.Close() })
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

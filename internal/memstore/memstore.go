@@ -527,6 +527,7 @@ func (s *Store) SubscribePartitions(ctx context.Context, fn func([]int)) error {
 		s.psubs = slices.DeleteFunc(s.psubs, func(x chan []int) bool { return x == c })
 		s.mu.Unlock()
 	}()
+	fn(nil) // subscribed: what was written before was not announced
 	for {
 		select {
 		case <-ctx.Done():

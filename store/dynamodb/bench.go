@@ -3,15 +3,14 @@ package dynamodb
 import (
 	"context"
 	"fmt"
-	"io"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/dynamobench"
 )
 
 // The ADR's benchmark case: finding the outstanding messages of all topics.
@@ -20,14 +19,26 @@ import (
 // outbox is empty); the OutstandingAllTopics index is read with one
 // parallel Scan of ScanConcurrency requests.
 
-// CompareOutstandingQueries finds the outstanding messages of all topics
+// These helpers serve `outbox bench` only: they are registered with
+// internal/dynamobench, not exported.
+func init() {
+	dynamobench.CompareOutstanding = func(ctx context.Context, s any, topics []string, shards int) (older, ours dynamobench.Count, err error) {
+		o, n, err := compareOutstandingQueries(ctx, s.(*Store), topics, shards)
+		return dynamobench.Count(o), dynamobench.Count(n), err
+	}
+	dynamobench.FillBacklog = func(ctx context.Context, s any, topics []string, n int) error {
+		return fillBacklog(ctx, s.(*Store), topics, n)
+	}
+}
+
+// compareOutstandingQueries finds the outstanding messages of all topics
 // twice and returns what each way cost: older, the older layout's loop (a
 // Query of the Outstanding index per topic and shard, up to PageSize
 // entries each, as Brighter v9 did), and ours, Outstanding with no topic
 // (a parallel Scan of OutstandingAllTopics). shards is the shard count the
 // older loop iterates over; 0 means the store's. Requests made
 // concurrently by other users of s are not counted.
-func CompareOutstandingQueries(ctx context.Context, s *Store, topics []string, shards int) (older, ours RequestCount, err error) {
+func compareOutstandingQueries(ctx context.Context, s *Store, topics []string, shards int) (older, ours RequestCount, err error) {
 	if shards == 0 {
 		shards = s.opts.Shards
 	}
@@ -64,12 +75,12 @@ func (s *Store) olderQuery(ctx context.Context, topic string, shard int) (int, e
 	return len(out.Items), nil
 }
 
-// FillBacklog writes n small messages spread over topics (keys k0, k1, …,
+// fillBacklog writes n small messages spread over topics (keys k0, k1, …,
 // so over every shard) with BatchWriteItem, 25 a request: a fast way to
 // make a backlog for a benchmark. It is not the transactional Write.
-func FillBacklog(ctx context.Context, s *Store, topics []string, n int) error {
+func fillBacklog(ctx context.Context, s *Store, topics []string, n int) error {
 	if len(topics) == 0 {
-		return fmt.Errorf("dynamodb: FillBacklog needs at least one topic")
+		return fmt.Errorf("dynamodb: fillBacklog needs at least one topic")
 	}
 	items := make([]map[string]types.AttributeValue, n)
 	for i := range n {
@@ -107,38 +118,4 @@ func FillBacklog(ctx context.Context, s *Store, topics []string, n int) error {
 			}
 		}
 	})
-}
-
-// BenchOutstanding runs the ADR's case on s, which must hold an empty,
-// migrated table: CompareOutstandingQueries on the empty outbox, then after
-// FillBacklog(backlog), and prints both to w as a table. It leaves the
-// backlog in the table.
-func BenchOutstanding(ctx context.Context, w io.Writer, s *Store, topics []string, backlog int) error {
-	type row struct {
-		name        string
-		older, ours RequestCount
-	}
-	var rows []row
-	older, ours, err := CompareOutstandingQueries(ctx, s, topics, 0)
-	if err != nil {
-		return err
-	}
-	rows = append(rows, row{"empty outbox", older, ours})
-	if backlog > 0 {
-		if err := FillBacklog(ctx, s, topics, backlog); err != nil {
-			return err
-		}
-		older, ours, err = CompareOutstandingQueries(ctx, s, topics, 0)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, row{fmt.Sprintf("%d outstanding", backlog), older, ours})
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "find outstanding (%d topics × %d shards)\tolder: Query per topic×shard\tcapacity\tours: parallel Scan (%d segments)\tcapacity\t\n",
-		len(topics), s.opts.Shards, s.opts.ScanConcurrency)
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d requests\t%.1f\t%d requests\t%.1f\t\n", r.name, r.older.Requests, r.older.ConsumedCapacity, r.ours.Requests, r.ours.ConsumedCapacity)
-	}
-	return tw.Flush()
 }

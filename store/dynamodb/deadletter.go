@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // Dead letters stay in the outbox table: a dead-lettered message has
@@ -21,9 +23,6 @@ import (
 // sees it) and is listed by the sparse DeadLettered index.
 
 var _ outbox.DeadLetterStore = (*Store)(nil)
-
-// deadLimitDefault is DeadLetterFilter.Limit's default.
-const deadLimitDefault = 100
 
 // deadEntries returns the dead letters matching f (Limit ignored), oldest
 // failure first: by a consistent BatchGetItem when f.IDs is set, else by a
@@ -136,7 +135,7 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 			return cmp.Or(e.Time.Compare(after.FailedAt), cmp.Compare(e.ID, after.ID)) <= 0
 		})
 	}
-	limit := cmp.Or(f.Limit, deadLimitDefault)
+	limit := cmp.Or(f.Limit, storepolicy.DeadLetterLimitDefault)
 	if len(entries) > limit {
 		entries = entries[:limit]
 	}

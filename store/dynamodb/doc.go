@@ -71,9 +71,10 @@
 //
 // Every request is counted per operation, with the capacity DynamoDB
 // reports: [Store.Stats], [Options].OnRequest, [Store.DetailedStatus].
-// [CompareOutstandingQueries] and [BenchOutstanding] reproduce the ADR's
-// case: finding outstanding messages of 5 topics × 20 shards takes 100
-// Query requests with the older layout, ScanConcurrency with this one.
+// `outbox bench --store dynamodb://…` reproduces the ADR's case (scenario
+// dynamodb/outstanding): finding outstanding messages of 5 topics × 20
+// shards takes 100 Query requests with the older layout, ScanConcurrency
+// with this one.
 //
 // # Concurrency
 //

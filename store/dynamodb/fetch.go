@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // shardRef is an entry of the Shard index.
@@ -304,5 +306,5 @@ func errorValue(e string) types.AttributeValue {
 	if e == "" {
 		e = "(no error text)"
 	}
-	return str(truncateError(e))
+	return str(storepolicy.ErrorText(e))
 }

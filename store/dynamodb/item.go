@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -228,20 +227,6 @@ func recordOf(item map[string]types.AttributeValue) (outbox.Record, error) {
 	r.NextAttemptAt = getTime(item, attrNextAttemptTime)
 	r.LastError = getS(item, attrLastError)
 	return r, nil
-}
-
-// maxErrorLen bounds the LastError attribute.
-const maxErrorLen = 4096
-
-func truncateError(s string) string {
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	s = s[:maxErrorLen]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // errorCode returns the API error code of err, or "".

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 var _ outbox.AdminStore = (*Store)(nil)
@@ -125,7 +127,7 @@ func scanFound(row pgx.CollectableRow) (outbox.FoundMessage, error) {
 		&m.Attempts, &next, &m.LastError, &failed, &publishd); err != nil {
 		return m, err
 	}
-	m.ID = formatUUID(id)
+	m.ID = uuid.Format(id)
 	m.State = outbox.MessageState(state)
 	m.NextAttemptAt, m.FailedAt, m.PublishedAt = next.Time, failed.Time, publishd.Time
 	if headers != nil {

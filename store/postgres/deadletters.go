@@ -8,13 +8,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // Defaults of dead-letter listing.
 const (
 	// DeadLetterLimitDefault is how many dead letters DeadLetters lists when
 	// the filter's Limit is 0.
-	DeadLetterLimitDefault = 100
+	DeadLetterLimitDefault = storepolicy.DeadLetterLimitDefault
 	// DeadLetterLimitMax bounds DeadLetterFilter.Limit.
 	DeadLetterLimitMax = 100000
 )
@@ -92,7 +95,7 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 		if err != nil {
 			return d, err
 		}
-		d.ID = formatUUID(id)
+		d.ID = uuid.Format(id)
 		if headers != nil {
 			if err := json.Unmarshal([]byte(*headers), &d.Headers); err != nil {
 				// A record dead-lettered because its headers could not be

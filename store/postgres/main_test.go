@@ -48,7 +48,7 @@ func setup(t testing.TB, opts ...Options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { _ = s.Close() })
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 var _ outbox.MarkedFetcher = (*Store)(nil)
@@ -172,7 +174,7 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 		}
 		states[i], bases[i], resumes[i], seens[i] = st, st.base, st.resume, st.seen
 	}
-	rows, err := s.pool.Query(ctx, markedFetchSQL(s.n), parts, afters, bases, limit, resumes, seens)
+	rows, err := s.pool.Query(ctx, s.q.marked, parts, afters, bases, limit, resumes, seens)
 	if err != nil {
 		return nil, "", s.wrap("fetch", err)
 	}
@@ -203,7 +205,7 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 			mark = *snap // the header row
 			continue
 		}
-		r.ID = formatUUID(id.Bytes)
+		r.ID = uuid.Format(id.Bytes)
 		r.Partition, r.Seq, r.Topic, r.Key = int(part.Int32), seq.Int64, topic.String, key.String
 		r.CreatedAt, r.Attempts = created.Time, int(att.Int32)
 		r.Headers, r.DecodeError = decodeHeaders(r.ID, headers)

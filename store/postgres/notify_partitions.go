@@ -35,6 +35,7 @@ func (s *Store) SubscribePartitions(ctx context.Context, fn func(partitions []in
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.n.channel}.Sanitize()); err != nil {
 		return s.wrap("subscribe", err)
 	}
+	fn(nil) // subscribed: what committed before was not announced
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

@@ -5,13 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // Defaults and limits of [Options].
@@ -22,20 +23,13 @@ const (
 	TablePrefixDefault = "outbox"
 	// MaxTablePrefixLen bounds TablePrefix so that every derived name
 	// ("<prefix>_dead_letters_failed_idx" is the longest) fits PostgreSQL's
-	// 63-byte identifier limit instead of being truncated.
-	MaxTablePrefixLen = 63 - len(longestSuffix)
-	longestSuffix     = "_dead_letters_failed_idx"
+	// 63-byte identifier limit instead of being truncated: 39 bytes.
+	MaxTablePrefixLen = storepolicy.MaxTablePrefixLen
 	// MaxPayloadLimit bounds Options.MaxPayload (a bytea holds at most 1 GiB).
 	MaxPayloadLimit = 256 << 20
 	// KeyLocksDefault is the default of Options.KeyLocks.
 	KeyLocksDefault = false
-	// maxErrorLen bounds the last_error text stored for a failure.
-	maxErrorLen = 4096
 )
-
-// identRe is the accepted form of Schema and TablePrefix. They are quoted
-// anyway; the rule keeps names portable and readable.
-var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Options configures a [Store] and a [Writer]. The zero value of every field
 // means its default. A Writer and the Store reading its messages must agree on
@@ -155,14 +149,14 @@ func (o Options) Validate() error { return o.WithDefaults().validate() }
 
 // validate reports the first invalid field of o (after defaults), naming it.
 func (o Options) validate() error {
-	if err := checkName(o.Schema, 63); err != "" {
-		return &OptionError{"Schema", err}
+	if err := storepolicy.CheckIdentifier(o.Schema, storepolicy.MaxIdentifierLen); err != nil {
+		return &OptionError{"Schema", err.Error()}
 	}
 	if reservedSchema(o.Schema) {
 		return &OptionError{"Schema", fmt.Sprintf("%q is a system schema name (information_schema, pg_*): PostgreSQL reserves it, and pg_dump leaves such schemas out; use another schema, such as %q", o.Schema, SchemaDefault)}
 	}
-	if err := checkName(o.TablePrefix, MaxTablePrefixLen); err != "" {
-		return &OptionError{"TablePrefix", err + fmt.Sprintf(" (the longest table or index name, <prefix>%s, must fit PostgreSQL's 63-byte names)", longestSuffix)}
+	if err := storepolicy.CheckIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
+		return &OptionError{"TablePrefix", err.Error() + fmt.Sprintf(" (the longest table or index name, <prefix>%s, must fit PostgreSQL's 63-byte names)", storepolicy.LongestSuffix)}
 	}
 	if o.Partitions < 0 || o.Partitions > outbox.MaxPartitions {
 		return &OptionError{"Partitions", fmt.Sprintf("must be between 1 and %d (0 for the default %d), got %d", outbox.MaxPartitions, outbox.DefaultPartitions, o.Partitions)}
@@ -183,18 +177,6 @@ func (o Options) validate() error {
 		return o.WAL.validate()
 	}
 	return nil
-}
-
-// checkName returns what is wrong with name as a schema or table prefix of
-// at most maxLen bytes, or "".
-func checkName(name string, maxLen int) string {
-	if len(name) > maxLen {
-		return fmt.Sprintf("%q is %d bytes; the limit is %d", name, len(name), maxLen)
-	}
-	if !identRe.MatchString(name) {
-		return fmt.Sprintf("%q is not a valid name: use 1 to %d letters, digits and '_', not starting with a digit", name, maxLen)
-	}
-	return ""
 }
 
 // reservedSchema reports whether schema is a system schema name: PostgreSQL

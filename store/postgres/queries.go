@@ -78,6 +78,7 @@ type queries struct {
 	release    string
 	leave      string
 	fetch      string
+	marked     string // markedFetchSQL
 	unsettled  string
 	claim      string
 	cleanup    string
@@ -86,6 +87,7 @@ type queries struct {
 
 func newQueries(n names, opts Options) queries {
 	var q queries
+	q.marked = markedFetchSQL(n)
 	q.partitions = `SELECT partitions, pg_is_in_recovery() FROM ` + n.meta
 
 	// Upsert this node, forget expired ones, and count the live ones. The

@@ -6,14 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // scanRecord reads the columns of recordColumns.
@@ -29,7 +30,7 @@ func scanRecord(row pgx.CollectableRow) (outbox.Record, error) {
 	if err != nil {
 		return r, err
 	}
-	r.ID = formatUUID(id)
+	r.ID = uuid.Format(id)
 	r.Headers, r.DecodeError = decodeHeaders(r.ID, headers)
 	if next.Valid {
 		r.NextAttemptAt = next.Time
@@ -128,7 +129,7 @@ func (s *Store) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbo
 			id  [16]byte
 		)
 		err := row.Scan(&id, &ref.Partition, &ref.Seq)
-		ref.ID = formatUUID(id)
+		ref.ID = uuid.Format(id)
 		return ref, err
 	})
 	if err != nil {
@@ -211,7 +212,7 @@ func (b *settleBatch) add(i int32, st *outbox.Settlement) error {
 		b.retryIDs = append(b.retryIDs, u)
 		b.retryAtt = append(b.retryAtt, int32(f.Attempts))
 		b.retryAt = append(b.retryAt, timestamptz(f.NextAttemptAt))
-		b.retryErr = append(b.retryErr, errorText(f.Err))
+		b.retryErr = append(b.retryErr, storepolicy.ErrorText(f.Err))
 	}
 	for _, f := range st.Dead {
 		u, err := parseUUID(f.ID)
@@ -221,26 +222,11 @@ func (b *settleBatch) add(i int32, st *outbox.Settlement) error {
 		b.deadIdx = append(b.deadIdx, i)
 		b.deadIDs = append(b.deadIDs, u)
 		b.deadAtt = append(b.deadAtt, int32(f.Attempts))
-		b.deadErr = append(b.deadErr, errorText(f.Err))
+		b.deadErr = append(b.deadErr, storepolicy.ErrorText(f.Err))
 	}
 	return nil
 }
 
 func timestamptz(t time.Time) pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
-}
-
-// errorText makes an error message storable as text: valid UTF-8 without
-// NUL bytes, at most maxErrorLen bytes.
-func errorText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	cut := maxErrorLen - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

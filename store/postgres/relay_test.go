@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,17 +345,12 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text
 	if _, err := b.store.Pool().Exec(b.ctx, "ANALYZE "+b.store.n.messages); err != nil {
 		t.Fatal(err)
 	}
+	// explain returns the plan the store's connections run: the generic
+	// one (Open sets plan_cache_mode = force_generic_plan), which knows
+	// neither the arrays' lengths nor the limit.
 	explain := func(sql string, args ...any) string {
 		t.Helper()
-		rows, err := b.store.Pool().Query(b.ctx, "EXPLAIN "+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
+		return explainGeneric(t, b, sql, args...)
 	}
 	idx := b.opts.TablePrefix + "_messages_pending_idx"
 	parts, afters := []int32{0, 1, 2}, []int64{10, 20, 30}
@@ -391,6 +387,71 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text
 	if !strings.Contains(plan, idx) || strings.Contains(plan, "Seq Scan") {
 		t.Errorf("unsettled does not use %s:\n%s", idx, plan)
 	}
+}
+
+// explainGeneric prepares sql on one of the store's connections and
+// returns EXPLAIN EXECUTE of it with args: the generic plan, which the
+// store's connections use (see Open).
+func explainGeneric(t *testing.T, b *bundle, sql string, args ...any) string {
+	t.Helper()
+	conn, err := b.store.Pool().Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var mode string
+	if err := conn.QueryRow(b.ctx, "SHOW plan_cache_mode").Scan(&mode); err != nil || mode != "force_generic_plan" {
+		t.Fatalf("plan_cache_mode = %q, %v; want force_generic_plan on the store's connections", mode, err)
+	}
+	if _, err := conn.Exec(b.ctx, "PREPARE explained AS "+sql); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(b.ctx, "DEALLOCATE explained") //nolint:errcheck // test cleanup
+	// EXECUTE takes literals, not parameters.
+	lits := make([]string, len(args))
+	for i, a := range args {
+		lits[i] = sqlLiteral(t, a)
+	}
+	rows, err := conn.Query(b.ctx, "EXPLAIN EXECUTE explained("+strings.Join(lits, ", ")+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// sqlLiteral renders the test's argument types as SQL literals.
+func sqlLiteral(t *testing.T, a any) string {
+	t.Helper()
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	array := func(elems []string) string { return quote("{" + strings.Join(elems, ",") + "}") }
+	switch v := a.(type) {
+	case int:
+		return strconv.Itoa(v)
+	case []int32:
+		e := make([]string, len(v))
+		for i, x := range v {
+			e[i] = strconv.Itoa(int(x))
+		}
+		return array(e)
+	case []int64:
+		e := make([]string, len(v))
+		for i, x := range v {
+			e[i] = strconv.FormatInt(x, 10)
+		}
+		return array(e)
+	case []string:
+		e := make([]string, len(v))
+		for i, x := range v {
+			e[i] = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(x) + `"`
+		}
+		return array(e)
+	}
+	t.Fatalf("sqlLiteral: %T", a)
+	return ""
 }
 
 func TestRequeueKeepsRewrittenID(t *testing.T) {
@@ -474,6 +535,30 @@ func TestLongNames(t *testing.T) {
 		if !slices.Contains(idx, want) {
 			t.Errorf("index %s missing (truncated?): have %v", want, idx)
 		}
+	}
+	// Every relation the migrations created keeps its full name, and the
+	// longest, <prefix>_dead_letters_failed_idx, is exactly 63 bytes: the
+	// bound is tight, a prefix one byte longer would be truncated.
+	rows, err = b.store.Pool().Query(b.ctx, `SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'i', 'S')`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rels, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := ""
+	for _, r := range rels {
+		if !strings.HasPrefix(r, prefix+"_") {
+			t.Errorf("relation %q does not start with the prefix %q", r, prefix)
+		}
+		if len(r) > len(longest) {
+			longest = r
+		}
+	}
+	if longest != prefix+"_dead_letters_failed_idx" || len(longest) != 63 {
+		t.Errorf("longest relation name %q (%d bytes), want %s_dead_letters_failed_idx (63 bytes), among %v", longest, len(longest), prefix, rels)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // textArrays returns the statement arguments of a Writer with every array
@@ -16,7 +18,7 @@ func textArrays(args []any) []any {
 	for i, a := range args {
 		switch v := a.(type) {
 		case [][16]byte:
-			out[i] = arrayLiteral(len(v), func(b *strings.Builder, j int) { b.WriteString(formatUUID(v[j])) })
+			out[i] = arrayLiteral(len(v), func(b *strings.Builder, j int) { b.WriteString(uuid.Format(v[j])) })
 		case []int64:
 			out[i] = arrayLiteral(len(v), func(b *strings.Builder, j int) { b.WriteString(strconv.FormatInt(v[j], 10)) })
 		case []string:

@@ -52,7 +52,7 @@ func setupWAL(t *testing.T, o Options, dsn ...string) *walBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { _ = s.Close() })
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // walCodecV1 is the first version of the binary encoding of a message in a
@@ -78,7 +80,7 @@ func decodeWALMessage(src []byte) (outbox.Message, error) {
 	if len(d.b) < 16 {
 		return m, &walDecodeError{"truncated ID"}
 	}
-	m.ID = formatUUID([16]byte(d.b[:16]))
+	m.ID = uuid.Format([16]byte(d.b[:16]))
 	d.b = d.b[16:]
 	micros, n := binary.Varint(d.b)
 	if n <= 0 {

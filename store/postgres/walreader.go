@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // walRetryMax bounds the backoff between attempts after errors other than
@@ -470,7 +472,7 @@ func undecodable(m outbox.Message, content []byte, lsn pglogrepl.LSN) outbox.Mes
 		}
 		u[6] = u[6]&0x0f | 0x80 // version 8: custom
 		u[8] = u[8]&0x3f | 0x80
-		m.ID = formatUUID(u)
+		m.ID = uuid.Format(u)
 	}
 	clean := func(s string) string {
 		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {

@@ -334,7 +334,7 @@ func TestWALTakeoverAfterPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cutOff.Close)
+	t.Cleanup(func() { _ = cutOff.Close() })
 	startRelay(t, cutOff, pub, walRelayConfig("holder"))
 	t.Cleanup(px.close) // runs first: unblocks the cut-off relay's connections
 	cutOff.Start()

@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // Compile-time checks of the abilities a WALStore offers.
@@ -200,10 +203,11 @@ func newWALStore(tab *Store, opts Options) (*WALStore, error) {
 }
 
 // Close stops the reader (confirming what is settled), then closes the pool
-// if OpenWAL created it. It is idempotent.
-func (s *WALStore) Close() {
+// if OpenWAL created it. It is idempotent, and returns nil (the error is
+// there for the interface every store and publisher shares).
+func (s *WALStore) Close() error {
 	if s.closed.Swap(true) {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.w.Timeout)
 	defer cancel()
@@ -214,7 +218,7 @@ func (s *WALStore) Close() {
 	}
 	s.subs = nil
 	s.mu.Unlock()
-	s.tab.Close()
+	return s.tab.Close()
 }
 
 // Pool returns the store's connection pool, for the application's own
@@ -512,7 +516,7 @@ func (s *WALStore) Settle(ctx context.Context, node string, settlements []outbox
 		}
 		for _, f := range st.Retry {
 			if e := s.buf.get(f.ID, st.Partition); e != nil {
-				e.rec.Attempts, e.rec.NextAttemptAt, e.rec.LastError = f.Attempts, f.NextAttemptAt, errorText(f.Err)
+				e.rec.Attempts, e.rec.NextAttemptAt, e.rec.LastError = f.Attempts, f.NextAttemptAt, storepolicy.ErrorText(f.Err)
 			}
 		}
 		for _, f := range st.Dead {
@@ -576,7 +580,7 @@ func (s *WALStore) insertDead(ctx context.Context, rows []deadRow) error {
 		headers[i] = headersJSON(r.rec.Headers)
 		created[i] = r.rec.CreatedAt
 		attempts[i] = int32(r.attempts)
-		errs[i] = errorText(r.err)
+		errs[i] = storepolicy.ErrorText(r.err)
 	}
 	_, err := s.tab.pool.Exec(ctx, `INSERT INTO `+s.tab.n.deadLetters+` AS d (id, seq, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
 SELECT u.id, u.seq, u.partition, u.topic, u.key, u.payload, u.headers::jsonb, u.created_at, u.attempts, u.err, now()
@@ -610,6 +614,7 @@ func (s *WALStore) SubscribePartitions(ctx context.Context, fn func(partitions [
 		}
 		s.mu.Unlock()
 	}()
+	fn(nil) // subscribed: what was captured before was not announced
 	for {
 		select {
 		case <-ctx.Done():
@@ -725,7 +730,7 @@ SELECT id, topic, key, payload, headers, created_at FROM moved ORDER BY seq NULL
 			if err := row.Scan(&id, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt); err != nil {
 				return m, err
 			}
-			m.ID = formatUUID(id)
+			m.ID = uuid.Format(id)
 			m.Headers, _ = decodeHeaders(m.ID, headers)
 			return m, nil
 		})

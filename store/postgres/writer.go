@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -17,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // Writer writes messages into the outbox inside the application's own
@@ -264,55 +265,13 @@ func keyHash(key string) uint32 {
 }
 
 // parseUUID decodes a canonical lower-case UUID string (as
-// outbox.ValidateID accepts) in one pass; its errors are ValidateID's.
+// outbox.ValidateID accepts); its errors are ValidateID's.
 func parseUUID(s string) ([16]byte, error) {
-	var u [16]byte
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+	u, ok := uuid.Parse(s)
+	if !ok {
 		return u, outbox.ValidateID(s)
 	}
-	j := 0
-	for i := 0; i < 36; i += 2 {
-		if i == 8 || i == 13 || i == 18 || i == 23 {
-			i-- // skip the dash: the next pair starts one further
-			continue
-		}
-		hi, lo := hexVal[s[i]], hexVal[s[i+1]]
-		if hi|lo > 0x0f {
-			return u, outbox.ValidateID(s)
-		}
-		u[j] = hi<<4 | lo
-		j++
-	}
 	return u, nil
-}
-
-// hexVal maps a lower-case hex digit to its value, anything else to 0xff.
-var hexVal = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = byte(c - '0')
-	}
-	for c := 'a'; c <= 'f'; c++ {
-		t[c] = byte(c - 'a' + 10)
-	}
-	return t
-}()
-
-// formatUUID encodes u in the canonical lower-case form.
-func formatUUID(u [16]byte) string {
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], u[10:16])
-	return string(s[:])
 }
 
 // storable checks what outbox.Message.Validate allows but PostgreSQL text

@@ -8,11 +8,19 @@ import (
 	"strings"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
-// DeadLettersLimitDefault is how many dead letters DeadLetters lists when
-// the filter sets no Limit.
-const DeadLettersLimitDefault = 100
+const (
+	// DeadLetterLimitDefault is how many dead letters DeadLetters lists when
+	// the filter sets no Limit.
+	DeadLetterLimitDefault = storepolicy.DeadLetterLimitDefault
+	// DeadLettersLimitDefault is the former name of DeadLetterLimitDefault.
+	//
+	// Deprecated: use DeadLetterLimitDefault, the name the other stores use.
+	DeadLettersLimitDefault = DeadLetterLimitDefault
+)
 
 // where returns the WHERE clause (with a leading space, or empty) and its
 // arguments for f.
@@ -57,7 +65,7 @@ func (s *Store) deadLetterWhere(f outbox.DeadLetterFilter) (string, []any, error
 }
 
 // DeadLetters lists the dead letters matching f, oldest failure first, at
-// most f.Limit (default [DeadLettersLimitDefault]).
+// most f.Limit (default [DeadLetterLimitDefault]).
 func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]outbox.DeadLetter, error) {
 	if err := s.check("dead letters"); err != nil {
 		return nil, err
@@ -71,7 +79,7 @@ func (s *Store) DeadLetters(ctx context.Context, f outbox.DeadLetterFilter) ([]o
 	}
 	limit := f.Limit
 	if limit == 0 {
-		limit = DeadLettersLimitDefault
+		limit = DeadLetterLimitDefault
 	}
 	if f.After != nil {
 		if err := outbox.ValidateID(f.After.ID); err != nil {

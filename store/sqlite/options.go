@@ -3,36 +3,33 @@ package sqlite
 import (
 	"cmp"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // Defaults and limits of [Options].
 const (
 	// TablePrefixDefault is the default prefix of the outbox table names.
 	TablePrefixDefault = "outbox"
-	// MaxTablePrefixLen bounds TablePrefix (the same bound as the PostgreSQL
-	// store, so that one prefix works for both).
-	MaxTablePrefixLen = 63 - len("_messages_published_idx")
+	// MaxTablePrefixLen bounds TablePrefix: the same bound as the PostgreSQL
+	// store (39 bytes, so that "<prefix>_dead_letters_failed_idx", the
+	// longest name either derives, fits PostgreSQL's 63-byte identifiers),
+	// so that one prefix works for both.
+	MaxTablePrefixLen = storepolicy.MaxTablePrefixLen
 	// MaxPayloadLimit bounds Options.MaxPayload. SQLite's own limit on a
 	// BLOB is 1 GB; a relay holds up to FetchSize payloads in memory.
 	MaxPayloadLimit = 256 << 20
 	// BusyTimeoutDefault is how long a write waits for the database's write
 	// lock before failing with "database is locked".
 	BusyTimeoutDefault = 5 * time.Second
-	// maxErrorLen bounds the last_error text stored for a failure.
-	maxErrorLen = 4096
 	// maxVariables bounds the bound parameters of one statement. SQLite
 	// accepts 32766 since 3.32; staying far below keeps statements small.
 	maxVariables = 7000
 )
-
-// identRe is the accepted form of TablePrefix. Names are quoted anyway; the
-// rule keeps them portable (the same rule as the PostgreSQL store).
-var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Options configures a [Store]. The zero value of every field means its
 // default.
@@ -88,8 +85,8 @@ func (o Options) WithDefaults() Options {
 
 // validate reports the first invalid field of o (after defaults), naming it.
 func (o Options) validate() error {
-	if !identRe.MatchString(o.TablePrefix) || len(o.TablePrefix) > MaxTablePrefixLen {
-		return fmt.Errorf("sqlite: Options.TablePrefix %q is not a valid name: use 1 to %d letters, digits and '_', not starting with a digit", o.TablePrefix, MaxTablePrefixLen)
+	if err := storepolicy.CheckIdentifier(o.TablePrefix, MaxTablePrefixLen); err != nil {
+		return fmt.Errorf("sqlite: Options.TablePrefix %w", err)
 	}
 	if strings.HasPrefix(strings.ToLower(o.TablePrefix), "sqlite_") {
 		return fmt.Errorf("sqlite: Options.TablePrefix %q is reserved: SQLite keeps names starting with \"sqlite_\" for itself; choose another prefix", o.TablePrefix)

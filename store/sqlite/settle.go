@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 // Settle applies settlements in one transaction. It is fenced: in that
@@ -131,7 +133,7 @@ func (a *applier) apply(ctx context.Context, st *outbox.Settlement, part *int) e
 		if !f.NextAttemptAt.IsZero() {
 			next = nanos(f.NextAttemptAt)
 		}
-		if err := a.exec(ctx, q.retry, f.Attempts, next, truncateError(f.Err), f.ID, f.Partition); err != nil {
+		if err := a.exec(ctx, q.retry, f.Attempts, next, storepolicy.ErrorText(f.Err), f.ID, f.Partition); err != nil {
 			return fmt.Errorf("retry: %w", err)
 		}
 	}
@@ -139,7 +141,7 @@ func (a *applier) apply(ctx context.Context, st *outbox.Settlement, part *int) e
 		if part != nil && f.Partition != *part {
 			continue
 		}
-		if err := a.exec(ctx, q.deadInsert, f.Attempts, truncateError(f.Err), nanos(a.now), f.ID, f.Partition); err != nil {
+		if err := a.exec(ctx, q.deadInsert, f.Attempts, storepolicy.ErrorText(f.Err), nanos(a.now), f.ID, f.Partition); err != nil {
 			return fmt.Errorf("dead letter: %w", err)
 		}
 		if err := a.exec(ctx, q.deadDelete, f.ID, f.Partition); err != nil {

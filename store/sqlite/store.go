@@ -370,15 +370,6 @@ func fromNanos(n sql.NullInt64) time.Time {
 	return time.Unix(0, n.Int64).UTC()
 }
 
-// truncateError bounds an error text to maxErrorLen bytes, dropping a UTF-8
-// sequence cut in half.
-func truncateError(s string) string {
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxErrorLen], "")
-}
-
 // CommitOrdered implements outbox.CommitOrdered: SQLite serialises write
 // transactions and Seq is assigned inside them, so Seq order is commit
 // order and the relay never needs to sweep below its cursors.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+
+	"github.com/outboxrelay/outbox/internal/storepolicy"
 )
 
 func TestOptionsValidation(t *testing.T) {
@@ -553,7 +555,7 @@ func TestRetryAndDeadLetters(t *testing.T) {
 	leases := b.leaseAll(t, "n")
 	lease := leases[recs[0].Partition]
 	next := clk.Now().Add(time.Minute)
-	long := strings.Repeat("é", maxErrorLen) // 2 bytes each: cut in half
+	long := strings.Repeat("é", storepolicy.MaxErrorLen) // 2 bytes each: cut in half
 	if err := s.Settle(ctx, "n", []outbox.Settlement{{
 		Lease: lease,
 		Retry: []outbox.Failure{{ID: recs[1].ID, Partition: lease.Partition, Attempts: 1, NextAttemptAt: next, Err: long}},
@@ -566,7 +568,7 @@ func TestRetryAndDeadLetters(t *testing.T) {
 		t.Fatalf("left after settle: %v", left)
 	}
 	r := left[0]
-	if r.Attempts != 1 || !r.NextAttemptAt.Equal(next) || len(r.LastError) > maxErrorLen || !strings.HasPrefix(long, r.LastError) || r.LastError == "" {
+	if r.Attempts != 1 || !r.NextAttemptAt.Equal(next) || r.LastError != storepolicy.ErrorText(long) {
 		t.Errorf("retried record: attempts %d next %v error len %d", r.Attempts, r.NextAttemptAt, len(r.LastError))
 	}
 

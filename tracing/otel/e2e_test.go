@@ -57,7 +57,7 @@ func newTraceEnv(t *testing.T) *traceEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(store.Close)
+	t.Cleanup(func() { _ = store.Close() })
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/outboxrelay/outbox/inbox/inboxbench"
+	"github.com/outboxrelay/outbox/internal/inboxbench"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 

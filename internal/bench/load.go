@@ -1,0 +1,357 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime/pprof"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// Load is the outcome of a steady/ORDERING@RATE or idle scenario: one
+// `outbox relay` process under a fixed offered load (none for idle), with
+// the CPU each process used over the measured span.
+type Load struct {
+	Ordering string `json:"ordering"`
+	// Rate is the offered rate (msgs/s, 0 for idle); Achieved what the
+	// producers committed with the relay running, AchievedAlone without it.
+	Rate          float64 `json:"rate_msgs_per_sec"`
+	Achieved      float64 `json:"achieved_msgs_per_sec"`
+	AchievedAlone float64 `json:"achieved_alone_msgs_per_sec"`
+	PerTx         int     `json:"messages_per_tx"`
+	// Seconds is the measured span (after the warm-up); Messages the
+	// messages committed in it, whose latencies make the distribution.
+	Seconds  float64 `json:"seconds"`
+	Messages int     `json:"messages"`
+	// P50 … Max are commit→receive latencies in ms: from the producer's
+	// Commit returning to the bench's subscriber on the broker receiving
+	// the message.
+	P50 float64 `json:"p50_ms"`
+	P95 float64 `json:"p95_ms"`
+	P99 float64 `json:"p99_ms"`
+	Max float64 `json:"max_ms"`
+	// Core is each process's CPU over the measured span with the relay
+	// running, in percent of one core; Alone the same with the producers
+	// alone (no relay). -1: not measured.
+	Core  ProcessCPU `json:"cpu_pct_of_core"`
+	Alone ProcessCPU `json:"alone_cpu_pct_of_core"`
+	// CPU is the CPU time per message with the relay running (µs).
+	CPU ProcessCPU `json:"cpu_us_per_msg"`
+	// PostgresAddedMicros is the PostgreSQL CPU time per message the relay
+	// adds (with the relay minus the producers alone) and
+	// PostgresAloneMicros the producers' own (µs per message).
+	PostgresAddedMicros float64 `json:"postgres_added_by_relay_us_per_msg"`
+	PostgresAloneMicros float64 `json:"postgres_producers_alone_us_per_msg"`
+	// RelayStatementsPerSec is the relay's statements per second: every
+	// statement's calls with the relay minus those with the producers
+	// alone (pg_stat_statements); for idle, every statement. -1: not read.
+	RelayStatementsPerSec float64 `json:"relay_statements_per_sec"`
+	// Statements are the top statements of the span with the relay.
+	Statements []Statement `json:"statements,omitempty"`
+}
+
+// Steady and idle scenario names.
+const (
+	IdleName = "idle"
+	// SteadyKey1000Name … are steady/ORDERING@RATE: producers at RATE
+	// msgs/s in transactions of 10 messages, one `outbox relay` process.
+	SteadyKey1000Name  = "steady/key@1000"
+	SteadyNone1000Name = "steady/none@1000"
+	SteadyKey5000Name  = "steady/key@5000"
+	SteadyNone5000Name = "steady/none@5000"
+	// SteadyPerTx is the messages per producer transaction of the
+	// steady/ORDERING@RATE scenarios.
+	SteadyPerTx = 10
+)
+
+// loadScenarios are the steady/ORDERING@RATE scenarios, in run order.
+var loadScenarios = []struct {
+	name     string
+	ordering outbox.Ordering
+	rate     int
+}{
+	{SteadyKey1000Name, outbox.OrderingKey, 1000},
+	{SteadyNone1000Name, outbox.OrderingNone, 1000},
+	{SteadyKey5000Name, outbox.OrderingKey, 5000},
+	{SteadyNone5000Name, outbox.OrderingNone, 5000},
+}
+
+// LoadScenarioNames lists the steady/ORDERING@RATE scenarios and idle.
+func LoadScenarioNames() []string {
+	names := make([]string, 0, len(loadScenarios)+1)
+	for _, s := range loadScenarios {
+		names = append(names, s.name)
+	}
+	return append(names, IdleName)
+}
+
+// pct is d as a percentage of one core over span, or -1.
+func pct(d time.Duration, span time.Duration) float64 {
+	if d < 0 || span <= 0 {
+		return -1
+	}
+	return 100 * d.Seconds() / span.Seconds()
+}
+
+// coreShare turns a span's CPU use into percentages of a core.
+func coreShare(u cpuUse, span time.Duration, role cpuRole) ProcessCPU {
+	p := ProcessCPU{Postgres: pct(u.Server, span), Broker: pct(u.Broker, span), Relay: pct(u.relay(), span), Producers: -1}
+	if role == benchProduces {
+		p.Producers = pct(u.Client, span)
+	}
+	return p
+}
+
+// loadSpan produces at rate for warmup+d and measures the span after the
+// warm-up; with relay set its CPU counts too. committed, if not nil, gets
+// every transaction's IDs. It returns the CPU used, the measured span and
+// the messages committed in it.
+func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, relay *relayProc, committed func([]string, time.Time)) (cpuUse, time.Duration, int, error) {
+	use := newCPUMeter(ctx, env)
+	if relay != nil {
+		use.add(relay.child)
+	}
+	var (
+		measuring atomic.Bool
+		counted   atomic.Int64
+		began     time.Time
+	)
+	count := func(ids []string, t time.Time) {
+		if measuring.Load() {
+			counted.Add(int64(len(ids)))
+		}
+		if committed != nil {
+			committed(ids, t)
+		}
+	}
+	_, _, err := produce(ctx, env, k, env.writer, rate, SteadyPerTx, warmup, d, func() {
+		use.begin()
+		began = time.Now()
+		measuring.Store(true)
+	}, count)
+	if err != nil {
+		return cpuUse{}, 0, 0, err
+	}
+	if !measuring.Load() {
+		return cpuUse{}, 0, 0, fmt.Errorf("bench: the producers finished within the warm-up")
+	}
+	u := use.end()
+	return u, time.Since(began), int(counted.Load()), nil
+}
+
+// SteadyLoad runs steady/ORDERING@RATE: first the producers alone (no
+// relay) at rate for warmup+d, measured after the warm-up; the outbox is
+// emptied; then one `outbox relay` process (ordering, k.Workers, k.Batch)
+// is started and waited for, the bench subscribes to its destination, and
+// the producers run again for warmup+d. Latency is commit→receive, per
+// message committed after the warm-up, once every message was received
+// and the outbox is empty.
+func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration) (*Load, RunResult, error) {
+	if env.Broker.receive == nil {
+		return nil, RunResult{}, fmt.Errorf("bench: the steady scenarios measure commit→receive with a subscriber on the broker, which the bench has for NATS only (--broker %s)", scheme(env.Broker.url))
+	}
+	if err := env.prepareOurs(ctx, k, 0); err != nil {
+		return nil, RunResult{}, err
+	}
+	env.meter.setPhase("producers alone")
+	alone, aloneSpan, aloneN, err := loadSpan(ctx, env, k, rate, warmup, d, nil, nil)
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	l := &Load{Ordering: string(ordering), Rate: float64(rate), PerTx: SteadyPerTx}
+	l.AchievedAlone = float64(aloneN) / aloneSpan.Seconds()
+	l.Alone = coreShare(alone, aloneSpan, benchProduces)
+	if err := env.prepareOurs(ctx, k, 0); err != nil {
+		return nil, RunResult{}, err
+	}
+	if err := env.Broker.Reset(ctx); err != nil {
+		return nil, RunResult{}, err
+	}
+	env.meter.setPhase("starting the relay")
+	relay, err := env.startRelay(ctx, ordering, k, "bench-steady")
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	defer func() { _ = relay.stop() }()
+	if err := waitRelayReady(ctx, relay, ordering); err != nil {
+		return nil, RunResult{}, err
+	}
+	perTx, txs, _ := txShape(rate, SteadyPerTx, warmup+d)
+	n := perTx * txs
+	lat := newLatencies(n)
+	stop, err := env.Broker.receive(func(id string) { lat.acked([]string{id}, time.Now()) })
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	defer stop()
+	env.meter.start("producing", n)
+	lat.setFrom(time.Now().Add(warmup))
+	u, span, spanN, err := loadSpan(ctx, env, k, rate, warmup, d, relay, lat.committed)
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	env.meter.setPhase("draining")
+	err = pollUntil(ctx, "steady: wait for every message", func() (bool, int64, error) {
+		got := lat.count()
+		env.meter.done.Store(got)
+		if done, err := relay.exited(); done {
+			return false, 0, fmt.Errorf("bench: the relay process exited during the run (%v)%s", err, relay.lastWords())
+		}
+		if got < int64(n) {
+			return false, got, nil
+		}
+		left, err := env.leftOurs(ctx)
+		return left == 0, got - left, err
+	})
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	m, err := relay.scrape(ctx)
+	if err != nil {
+		return nil, RunResult{}, err
+	}
+	if err := relay.stop(); err != nil {
+		return nil, RunResult{}, err
+	}
+	measured := lat.summary()
+	r := newRun(n, span)
+	r.Failed = int64(m["outbox_failed_total"])
+	r.Relay = relayTimes([]map[string]float64{m})
+	if r.Left, err = env.leftOurs(ctx); err != nil {
+		return nil, r, err
+	}
+	if r, err = env.finish(ctx, r); err != nil {
+		return nil, r, err
+	}
+	l.Messages, l.P50, l.P95, l.P99, l.Max = measured.Messages, measured.P50, measured.P95, measured.P99, measured.Max
+	l.Seconds = span.Seconds()
+	l.Achieved = float64(spanN) / span.Seconds()
+	l.Core = coreShare(u, span, benchProduces)
+	msgs := max(1, spanN)
+	l.CPU = u.perMessage(msgs, benchProduces)
+	l.PostgresAddedMicros, l.PostgresAloneMicros = -1, -1
+	if u.Server >= 0 && alone.Server >= 0 {
+		// Both per second of span, then per message of the steady span.
+		perSec := u.Server.Seconds()/span.Seconds() - alone.Server.Seconds()/aloneSpan.Seconds()
+		l.PostgresAddedMicros = perSec * 1e6 / l.Achieved
+		l.PostgresAloneMicros = alone.Server.Seconds() * 1e6 / float64(max(1, aloneN))
+	}
+	l.RelayStatementsPerSec = -1
+	if u.stmts != nil && alone.stmts != nil {
+		l.RelayStatementsPerSec = float64(u.stmts.calls)/span.Seconds() - float64(alone.stmts.calls)/aloneSpan.Seconds()
+		l.Statements = u.stmts.top
+		for i := range l.Statements {
+			l.Statements[i].MicrosPerMsg = l.Statements[i].TotalMs * 1e3 / float64(msgs)
+		}
+	}
+	return l, r, nil
+}
+
+// waitRelayReady waits until the relay process serves its metrics and,
+// in ordering key, holds leases.
+func waitRelayReady(ctx context.Context, relay *relayProc, ordering outbox.Ordering) error {
+	ready, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err := pollUntil(ready, "wait for the relay process", func() (bool, int64, error) {
+		m, err := relay.scrape(ready)
+		if err != nil {
+			return false, 0, err
+		}
+		_, up := m["outbox_fetched_total"] // exported from the start
+		if ordering == outbox.OrderingKey {
+			return up && m["outbox_leases"] > 0, 0, nil
+		}
+		return up, 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("bench: the relay process was not ready within %v: %w", readyTimeout, err)
+	}
+	return nil
+}
+
+// idleSettle is how long the idle scenario lets the relay start before
+// it measures.
+const idleSettle = 5 * time.Second
+
+// Idle runs one `outbox relay` process (ordering key) on an empty outbox
+// for d, from idleSettle after it is ready, and measures its CPU, PostgreSQL's and the
+// statements per second (pg_stat_statements: every statement is the
+// relay's, nothing else runs).
+func Idle(ctx context.Context, env *Env, k Knobs, d time.Duration) (*Load, error) {
+	if err := env.prepareOurs(ctx, k, 0); err != nil {
+		return nil, err
+	}
+	relay, err := env.startRelay(ctx, outbox.OrderingKey, k, "bench-idle")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = relay.stop() }()
+	if err := waitRelayReady(ctx, relay, outbox.OrderingKey); err != nil {
+		return nil, err
+	}
+	// Past its start-up: a relay's first lease rounds come every 200 ms
+	// (so that relays started together share at once), and its first poll
+	// and backlog measure come at once. Idle is what follows.
+	select {
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-time.After(idleSettle):
+	}
+	env.meter.start("idle", int(d.Seconds()))
+	use := newCPUMeter(ctx, env)
+	use.add(relay.child)
+	use.begin()
+	began := time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-time.After(d): // the measured span itself
+	}
+	u := use.end()
+	span := time.Since(began)
+	if err := relay.stop(); err != nil {
+		return nil, err
+	}
+	l := &Load{Ordering: string(outbox.OrderingKey), Seconds: span.Seconds(), Core: coreShare(u, span, benchWaits),
+		CPU: ProcessCPU{Postgres: -1, Broker: -1, Relay: -1, Producers: -1}, PostgresAddedMicros: -1, PostgresAloneMicros: -1, RelayStatementsPerSec: -1}
+	if u.stmts != nil {
+		l.RelayStatementsPerSec = float64(u.stmts.calls) / span.Seconds()
+		l.Statements = u.stmts.top
+	}
+	return l, nil
+}
+
+// runLoad runs a steady/ORDERING@RATE scenario or idle for Run.
+func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
+	res := rep.startOnce(env, name, k)
+	var (
+		l   *Load
+		r   RunResult
+		err error
+	)
+	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) {
+		if name == IdleName {
+			l, err = Idle(ctx, env, k, o.IdleDuration)
+			return
+		}
+		for _, s := range loadScenarios {
+			if s.name == name {
+				l, r, err = SteadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration)
+			}
+		}
+	})
+	if err == nil {
+		err = env.tidy(ctx)
+	}
+	if err != nil {
+		res.Err = err.Error()
+		return res, err
+	}
+	res.Load = l
+	if name != IdleName {
+		res.once(r, l.Achieved)
+	}
+	return res, nil
+}

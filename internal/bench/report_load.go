@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// cpuText formats µs per message (or a percentage), "-" when not measured.
+func cpuText(x float64) string {
+	if x < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", x)
+}
+
+// cpuCols are the PostgreSQL, broker and relay columns of a drain row.
+func cpuCols(c *ProcessCPU) (pg, broker, relay string) {
+	if c == nil {
+		return "-", "-", "-"
+	}
+	return cpuText(c.Postgres), cpuText(c.Broker), cpuText(c.Relay)
+}
+
+// relaysTable compares 1, 2 and 3 relay processes draining one backlog.
+func (r *Report) relaysTable() (string, []string) {
+	var rows []*Result
+	for _, n := range RelaysCounts {
+		if res := r.Result(RelaysName(n)); res != nil {
+			rows = append(rows, res)
+		}
+	}
+	if len(rows) == 0 {
+		return "", nil
+	}
+	var failures []string
+	one := r.Result(RelaysName(1))
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nrelay processes [%s database]: N `outbox relay` processes (ordering key, %d workers each) started together on one backlog; share of the messages each published (its /metrics), median run\n", r.DB, rows[0].Workers)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tMESSAGES\tMSGS/S (MEDIAN)\tMIN–MAX\t× RELAYS/1\tSHARES\tCPU µs/MSG PG\tBROKER\tRELAYS")
+	for _, res := range rows {
+		if res.Err != "" {
+			fmt.Fprintf(tw, "%s\t%s\tFAILED\n", res.Scenario, thousands(float64(res.Messages)))
+			failures = append(failures, res.Scenario+": "+res.Err)
+			continue
+		}
+		ratio := ""
+		if one != nil && one.MsgsPerSec > 0 {
+			ratio = ratioText(res.MsgsPerSec / one.MsgsPerSec)
+		}
+		shares := "-"
+		if run := res.medianRun(); run != nil && len(run.RelayShares) > 0 {
+			var ss []string
+			for _, s := range run.RelayShares {
+				ss = append(ss, fmt.Sprintf("%.0f%%", 100*s))
+			}
+			shares = strings.Join(ss, "/")
+		}
+		pg, br, rl := cpuCols(r.medianCPU(res.Scenario))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s–%s\t%s\t%s\t%s\t%s\t%s\n", res.Scenario, thousands(float64(res.Messages)), thousands(res.MsgsPerSec),
+			thousands(res.Min), thousands(res.Max), ratio, shares, pg, br, rl)
+	}
+	_ = tw.Flush()
+	return b.String(), failures
+}
+
+// loadTable shows the steady/ORDERING@RATE and idle scenarios.
+func (r *Report) loadTable() (string, []string) {
+	var rows []*Result
+	for _, n := range LoadScenarioNames() {
+		if res := r.Result(n); res != nil {
+			rows = append(rows, res)
+		}
+	}
+	if len(rows) == 0 {
+		return "", nil
+	}
+	var failures []string
+	o := r.Options
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nsteady load [%s database]: %d producers (the bench's process) commit %d messages per transaction at the offered rate for %gs after a %gs warm-up, first alone, then with one `outbox relay` process (%d workers, batch %d)\n",
+		r.DB, SteadyProducers, SteadyPerTx, o.SteadyDuration.Seconds(), o.SteadyWarmup.Seconds(), rows[0].Workers, rows[0].Batch)
+	b.WriteString("latency: commit→receive, from the producer's Commit returning to the bench's subscriber on the broker receiving the message\n")
+	b.WriteString("CPU: % of one core over the measured span (PG alone: PostgreSQL with the producers alone); PG ADDED: PostgreSQL CPU µs/msg the relay adds (with the relay minus alone); RELAY STMTS/S: every statement's calls with the relay minus alone (pg_stat_statements)\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tOFFERED\tACHIEVED\tALONE\tP50 MS\tP99 MS\tMAX MS\tPG %\tPG ALONE %\tBROKER %\tRELAY %\tPRODUCERS %\tPG µs/MSG ALONE\tPG ADDED\tRELAY µs/MSG\tRELAY STMTS/S")
+	var idle *Result
+	for _, res := range rows {
+		if res.Scenario == IdleName {
+			idle = res
+			continue
+		}
+		if res.Err != "" {
+			fmt.Fprintf(tw, "%s\tFAILED\n", res.Scenario)
+			failures = append(failures, res.Scenario+": "+res.Err)
+			continue
+		}
+		l := res.Load
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", res.Scenario,
+			thousands(l.Rate), thousands(l.Achieved), thousands(l.AchievedAlone), l.P50, l.P99, l.Max,
+			cpuText(l.Core.Postgres), cpuText(l.Alone.Postgres), cpuText(l.Core.Broker), cpuText(l.Core.Relay), cpuText(l.Core.Producers),
+			cpuText(l.PostgresAloneMicros), cpuText(l.PostgresAddedMicros), cpuText(l.CPU.Relay), cpuText(l.RelayStatementsPerSec))
+	}
+	_ = tw.Flush()
+	if idle != nil {
+		if idle.Err != "" {
+			b.WriteString("idle: FAILED\n")
+			failures = append(failures, idle.Scenario+": "+idle.Err)
+		} else {
+			l := idle.Load
+			fmt.Fprintf(&b, "idle: one `outbox relay` process (ordering key), empty outbox, %.0fs: relay %s%% of a core, PostgreSQL %s%%, broker %s%%, %s statements/s\n",
+				l.Seconds, cpuText(l.Core.Relay), cpuText(l.Core.Postgres), cpuText(l.Core.Broker), cpuText(l.RelayStatementsPerSec))
+		}
+	}
+	return b.String(), failures
+}
+
+// statementsText lists each scenario's top statements by total time
+// (pg_stat_statements over the timed span of its median run).
+func (r *Report) statementsText() string {
+	var b strings.Builder
+	for _, res := range r.Results {
+		var stmts []Statement
+		if res.Load != nil {
+			stmts = res.Load.Statements
+		} else if run := res.medianRun(); run != nil {
+			stmts = run.Statements
+		}
+		if len(stmts) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\nstatements of %s [%s database] (pg_stat_statements over the timed span, by total time)\n", res.Scenario, r.DB)
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CALLS\tTOTAL MS\tROWS\tµs/MSG\tQUERY")
+		for _, s := range stmts {
+			fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.2f\t%s\n", thousands(float64(s.Calls)), s.TotalMs, thousands(float64(s.Rows)), s.MicrosPerMsg, s.Query)
+		}
+		_ = tw.Flush()
+	}
+	return b.String()
+}
