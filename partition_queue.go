@@ -6,8 +6,10 @@ import (
 )
 
 // keyQueue holds the fetched, unpublished records of one key in commit
-// order. Its head is the only record of the key that may be published, and
-// only while no record of the key is in flight.
+// order. Only while no record of the key is in flight may its head be
+// published: alone, or with the records behind it to the same topic (up to
+// the publisher's KeyPipeline, in one Publish call) when the broker keeps
+// their order (see KeyPipeliner and take).
 type keyQueue struct {
 	key   string
 	recs  []*Record
@@ -157,11 +159,17 @@ func (pq *partQueue) schedule(q *keyQueue, now time.Time) {
 	pq.ready = append(pq.ready, q)
 }
 
-// take removes and returns up to max heads of ready keys, marking their
-// keys in flight. Waiting keys whose time has come are readied first. A
-// head whose destination is blocked is not taken: its key waits (and keeps
-// only its head in memory) until the destination works again.
-func (pq *partQueue) take(max int, now time.Time) []*Record {
+// take removes and returns up to max records of ready keys, marking their
+// keys in flight: each key's head, followed (when perKey > 1) by up to
+// perKey-1 records queued behind it, next to it in the result, in key
+// order. A follower must go to the head's topic (one broker partition),
+// be due, and be decodable (a record that cannot be decoded fails without
+// being sent, and the records behind it would be sent past it); the run
+// ends at the first record that is not. A failing key (holding only its
+// head) sends its head alone. Waiting keys whose time has come are readied
+// first. A head whose destination is blocked is not taken: its key waits
+// (and keeps only its head in memory) until the destination works again.
+func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 	if len(pq.waiting) > 0 {
 		kept := pq.waiting[:0]
 		for _, q := range pq.waiting {
@@ -186,18 +194,96 @@ func (pq *partQueue) take(max int, now time.Time) []*Record {
 			pq.waiting = append(pq.waiting, q)
 			continue
 		}
-		out = append(out, q.recs[0])
-		q.recs[0] = nil
-		q.recs = q.recs[1:]
+		n := 1
+		if !q.failing {
+			head := q.recs[0]
+			for n < perKey && n < len(q.recs) && len(out)+n < max {
+				r := q.recs[n]
+				if r.Topic != head.Topic || r.NextAttemptAt.After(now) || r.DecodeError != "" || head.DecodeError != "" {
+					break
+				}
+				n++
+			}
+		}
+		out = append(out, q.recs[:n]...)
+		clear(q.recs[:n])
+		q.recs = q.recs[n:]
 		q.state = queueBusy
-		pq.n--
+		pq.n -= n
 		if q.failing {
-			pq.blocked--
+			pq.blocked -= n
 		}
 	}
 	clear(pq.ready[:taken])
 	pq.ready = pq.ready[taken:]
 	return out
+}
+
+// unshift puts recs, records of one key taken together and not settled
+// (they followed a record of theirs that failed in the same publish), back
+// at the front of their key's queue, in order, before the failed record is
+// itself put back (pushFront, fail) or settled (done). The key stays in
+// flight until then.
+func (pq *partQueue) unshift(recs []*Record) {
+	q := pq.queues[queueKey(recs[0])]
+	if q == nil {
+		q = &keyQueue{key: queueKey(recs[0]), state: queueBusy}
+		pq.queues[q.key] = q
+	}
+	q.recs = slices.Insert(q.recs, 0, recs...)
+	pq.n += len(recs)
+	if q.failing {
+		pq.blocked += len(recs)
+	}
+}
+
+// sameRun reports whether b follows a in a run of one key's records taken
+// together (take puts a key's records next to each other).
+func sameRun(a, b *Record) bool {
+	return a.Key != "" && a.Key == b.Key && a.Partition == b.Partition
+}
+
+// keyPipelineOf is how many records of one key the relay passes in one
+// Publish call: the publisher's KeyPipeline, at most a quarter of
+// BatchSize (so that batches split at key boundaries stay within
+// BatchSize and InFlight; see build), and 1 when the publisher does not
+// keep a key's order or when Config.OnPermanent is hold. With hold, a
+// message that fails permanently must stop its key with nothing after it
+// delivered; with a run in flight, that would rest on the publisher not
+// writing the run's later messages (KeyPipeliner's promise), which the
+// relay cannot check. One record per key in flight keeps hold's guarantee
+// the relay's own, whatever the publisher.
+func keyPipelineOf(pub Publisher, cfg Config) int {
+	kp, ok := pub.(KeyPipeliner)
+	if !ok || cfg.OnPermanent == PermanentHoldKey {
+		return 1
+	}
+	return max(1, min(kp.KeyPipeline(), cfg.BatchSize/4))
+}
+
+// splitRuns splits recs (runs of one key next to each other) into at most
+// parts batches of about equal size, never splitting a key's run (the
+// broker keeps a key's order only within one call) and never exceeding
+// batchSize. With runs of at most perKey records and len(recs) at most
+// parts × (batchSize-perKey+1) (build takes no more), every batch but the
+// last holds at least min(size, batchSize-perKey+1) records, so there are
+// at most parts batches.
+func splitRuns(recs []*Record, parts, batchSize int) [][]*Record {
+	size := (len(recs) + parts - 1) / parts
+	out := make([][]*Record, 0, parts)
+	start := 0
+	for i := 0; i < len(recs); {
+		j := i + 1
+		for j < len(recs) && sameRun(recs[j-1], recs[j]) {
+			j++
+		}
+		if i > start && (i-start >= size || j-start > batchSize) {
+			out = append(out, recs[start:i:i])
+			start = i
+		}
+		i = j
+	}
+	return append(out, recs[start:len(recs):len(recs)])
 }
 
 // held reports whether q's head must wait for its destination.

@@ -19,13 +19,36 @@ import "context"
 //
 // The relay never passes two messages with the same non-empty Key in one
 // call, nor a message whose key has an earlier message not yet
-// acknowledged, so a publisher may send a batch fully pipelined.
+// acknowledged, so a publisher may send a batch fully pipelined; a
+// publisher that implements [KeyPipeliner] may be passed several messages
+// of one key in one call (see there).
 //
 // Publish may be called concurrently; messages are not retained after it
 // returns.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []*Message) []error
 	Close() error
+}
+
+// KeyPipeliner is implemented by publishers whose broker keeps the order
+// of one key's messages to one topic within a Publish call (Kafka's
+// idempotent producer: one partition per key, sequence numbers per
+// partition). The relay, decided once in NewRelay, then passes up to
+// KeyPipeline() consecutive messages of a key in one call (all to the same
+// Topic, in commit order, next to each other in msgs) instead of one, so
+// that a key with a backlog has more than one message in flight. A result
+// of 1 or less, or Config.OnPermanent = hold, keeps one message per key.
+//
+// The publisher promises, for the messages of one key and topic in one
+// call: a message is written by the broker only after every earlier one of
+// them was (its results are a run of acknowledgements and then failures; a
+// failure whose outcome is unknown may still be written later, but only
+// in order). Whatever the publisher reports, the relay never settles a
+// message as delivered after an earlier message of its key in the call
+// failed: the later ones go back behind the failed one, unsettled, and are
+// published again after it (duplicates, never a reorder).
+type KeyPipeliner interface {
+	KeyPipeline() int
 }
 
 // Header names the publishers use to carry outbox fields.

@@ -114,6 +114,7 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
 	r.caps = capsOf(store, pub)
+	r.caps.keyPipeline = keyPipelineOf(pub, cfg)
 	r.calls = newStoreCalls(r)
 	return r, nil
 }
@@ -360,12 +361,13 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // capabilities are the optional abilities of the store and publisher,
 // decided once in NewRelay: no type assertion on a hot path.
 type capabilities struct {
-	late      lateMode          // how records committing below a cursor are found
-	marked    MarkedFetcher     // with lateMarked: the store's fetch with marks
-	notifier  PartitionNotifier // notifications, by partition or nil for any (nil: none)
-	cleaner   Cleaner           // retention cleanup (nil: none)
-	unordered UnorderedStore    // Ordering none (nil: unsupported)
-	health    HealthChecker     // the publisher's broker health (nil: unknown)
+	late        lateMode          // how records committing below a cursor are found
+	marked      MarkedFetcher     // with lateMarked: the store's fetch with marks
+	notifier    PartitionNotifier // notifications, by partition or nil for any (nil: none)
+	cleaner     Cleaner           // retention cleanup (nil: none)
+	unordered   UnorderedStore    // Ordering none (nil: unsupported)
+	health      HealthChecker     // the publisher's broker health (nil: unknown)
+	keyPipeline int               // messages of one key per Publish call (KeyPipeliner; 1: one)
 }
 
 // lateMode is the store's one answer to records that commit below a

@@ -161,15 +161,7 @@ func writeKeys(t *testing.T, st *memstore.Store, n, keys int) map[string][]strin
 
 func startRelay(t *testing.T, st outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
-	r, err := outbox.NewRelay(st, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Stop() })
-	return r
+	return relaytest.Start(t, st, pub, cfg)
 }
 
 func TestRelayDrainsInKeyOrder(t *testing.T) {

@@ -534,8 +534,10 @@ func (ps *partState) known(rec *Record) bool {
 	return ps.inflight[rec.ID] != nil || ps.settling[rec.ID] > 0 || ps.q.has(rec)
 }
 
-// build picks the next batches: for each key only its first pending
-// record, and only when no record of that key is in flight and it is due.
+// build picks the next batches: for each key its first pending record (or,
+// with a KeyPipeliner, a run of its first records; see take), and only when
+// no record of that key is in flight and it is due. A key's run stays in
+// one batch.
 // Partitions whose lease would not outlive a publish are left alone. The
 // records (at most BatchSize per free publish slot) are split evenly over
 // the free slots, so that keys come back from the broker in small groups
@@ -546,7 +548,10 @@ func (w *worker) build(now time.Time) [][]*Record {
 	if free <= 0 {
 		return nil
 	}
-	limit := cfg.BatchSize * free
+	perKey := w.r.caps.keyPipeline
+	// With runs of a key taken together, leave room for splitting at key
+	// boundaries (see splitRuns); with one record per key, BatchSize each.
+	limit := (cfg.BatchSize - perKey + 1) * free
 	var recs []*Record
 	n := len(w.order)
 	mono := time.Now()
@@ -556,7 +561,7 @@ func (w *worker) build(now time.Time) [][]*Record {
 		if ps.shed || len(ps.q.ready) == 0 && len(ps.q.waiting) == 0 || !mono.Add(cfg.PublishTimeout).Before(ps.validUntil) {
 			continue
 		}
-		for _, rec := range ps.q.take(limit-len(recs), now) {
+		for _, rec := range ps.q.take(limit-len(recs), perKey, now) {
 			ps.inflight[rec.ID] = rec
 			recs = append(recs, rec)
 		}
@@ -575,14 +580,7 @@ func (w *worker) build(now time.Time) [][]*Record {
 	}
 	parts := min(free, max(1, len(recs)/minSplitBatch))
 	parts = max(parts, (len(recs)+cfg.BatchSize-1)/cfg.BatchSize)
-	size := (len(recs) + parts - 1) / parts
-	batches := make([][]*Record, 0, parts)
-	for len(recs) > 0 {
-		k := min(size, len(recs))
-		batches = append(batches, recs[:k:k])
-		recs = recs[k:]
-	}
-	return batches
+	return splitRuns(recs, parts, cfg.BatchSize)
 }
 
 // launch publishes batch in its own goroutine; the result comes back on
@@ -620,12 +618,14 @@ func (w *worker) handle(res publishResult) {
 	w.inflight--
 	now := w.r.cfg.Now()
 	outcomes := make([]int, len(res.recs))
+	last := w.orphans(res, outcomes)
 	kept := 0
 	for i, rec := range res.recs {
 		w.r.observe(rec, res.errs[i], now) // whatever became of the lease
 		ps := w.parts[rec.Partition]
-		if ps == nil || ps.inflight[rec.ID] != rec {
-			// The lease was lost meanwhile; the new owner publishes it.
+		if outcomes[i] < 0 || ps == nil || ps.inflight[rec.ID] != rec {
+			// Orphaned (see orphans), or the lease was lost meanwhile and
+			// the new owner publishes it.
 			outcomes[i] = -1
 			continue
 		}
@@ -674,8 +674,10 @@ func (w *worker) handle(res publishResult) {
 			// The key stays held until the dead-lettering is written.
 			ps.deadHeld[rec.ID] = rec
 		default:
-			ps.q.done(rec, now) // the broker has it: the key goes on
-			ps.recovered(queueKey(rec))
+			if last[i] {
+				ps.q.done(rec, now) // the broker has it: the key goes on
+				ps.recovered(queueKey(rec))
+			}
 		}
 	}
 	if kept < len(res.recs) {
@@ -688,6 +690,56 @@ func (w *worker) handle(res publishResult) {
 		res.recs, outcomes, res.errs = recs, outs, errs
 	}
 	w.r.report(res.recs, outcomes, res.errs, res.took, now)
+}
+
+// orphans applies the rule that keeps a key's order when several of its
+// records went in one publish (a run; see take): after the first record of
+// a run that was not delivered, the records behind it are not settled,
+// whatever the publisher said of them. They go back, unsettled and with no
+// attempt counted, to the front of their key's queue (outcome -1), so that
+// handle then puts the failed record back in front of them (pushFront),
+// drops them with it (fail: read again from the store when the key
+// recovers) or keeps them behind its dead-lettering until that is written
+// (deadHeld). A later record is thus never acknowledged after an earlier
+// one of its key failed; if the broker had it anyway, it is published
+// again after the earlier one (a duplicate, not a reorder). It returns,
+// per record, whether it ends a run that was delivered whole: only then
+// does the key go on (done), once.
+func (w *worker) orphans(res publishResult, outcomes []int) (last []bool) {
+	last = make([]bool, len(res.recs))
+	for i := 0; i < len(res.recs); {
+		j := i + 1
+		for j < len(res.recs) && sameRun(res.recs[j-1], res.recs[j]) {
+			j++
+		}
+		f := j // the first record of the run [i, j) not delivered
+		for k := i; k < j; k++ {
+			if err := res.errs[k]; err != nil && !errors.Is(err, ErrDuplicate) {
+				f = k
+				break
+			}
+		}
+		if f == j {
+			last[j-1] = true
+		} else if f+1 < j {
+			if ps := w.parts[res.recs[f].Partition]; ps != nil {
+				var back []*Record
+				for k := f + 1; k < j; k++ {
+					rec := res.recs[k]
+					outcomes[k] = -1
+					if ps.inflight[rec.ID] == rec {
+						delete(ps.inflight, rec.ID)
+						back = append(back, rec)
+					}
+				}
+				if len(back) > 0 && ps.inflight[res.recs[f].ID] == res.recs[f] {
+					ps.q.unshift(back)
+				}
+			}
+		}
+		i = j
+	}
+	return last
 }
 
 // settled applies what the settler wrote: the records are out of the

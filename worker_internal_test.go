@@ -129,7 +129,7 @@ func TestLaunchDoesNotPublishPastItsDeadline(t *testing.T) {
 			if rec.Attempts != 0 || w.settleN != 0 {
 				t.Errorf("attempts %d, settlements %d: a publish never started must cost nothing", rec.Attempts, w.settleN)
 			}
-			if got := ps.q.take(10, time.Now()); len(got) != 1 || got[0] != rec {
+			if got := ps.q.take(10, 1, time.Now()); len(got) != 1 || got[0] != rec {
 				t.Errorf("record not back at the head of its key: %v", got)
 			}
 		})

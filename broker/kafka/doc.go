@@ -10,10 +10,14 @@
 //   - Per-key order. The record key is the message key, so the messages of
 //     a key go to one partition; the idempotent producer (franz-go's
 //     default) keeps a partition's records in order and drops the
-//     duplicates its own retries could create. The relay never puts two
-//     messages of one key in a batch and waits for a key's message to be
-//     acknowledged before publishing the next, so order holds across
-//     batches too.
+//     duplicates its own retries could create. The Publisher declares
+//     outbox.KeyPipeliner: the relay may put up to Options.KeyPipeline
+//     messages of a key in one batch (default 8), and Publish produces
+//     each once the one before it is acknowledged, none after one that
+//     failed; the relay waits for a batch's messages of a key to be
+//     acknowledged before publishing the key's next ones, so order holds
+//     across batches too. (Why each waits for the one before it, rather
+//     than all going at once: see pipeline.go.)
 //   - A missing topic blocks that topic (outbox.Blocked: the relay pauses
 //     it, spends no attempt and dead-letters nothing until the topic
 //     exists), with an error naming it, found at once with a metadata

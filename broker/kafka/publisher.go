@@ -143,12 +143,15 @@ type produced struct {
 //     message's topic as destination;
 //   - anything else, and a cancelled ctx: retryable.
 //
+// Several messages of one key and topic in a call are produced one after
+// the other, each once the one before it is acknowledged; when one fails,
+// the later ones are not produced (a retryable error). See chain.
+//
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 	return p.gate.Do(ctx, len(msgs), func(ctx context.Context, errs []error) {
 		topics := p.build(ctx, msgs, errs)
-		results, awaiting := p.send(ctx, msgs, topics, errs)
-		p.await(ctx, msgs, topics, results, awaiting, errs)
+		p.await(ctx, msgs, topics, p.send(ctx, msgs, topics, errs), errs)
 	})
 }
 
@@ -171,54 +174,89 @@ func (p *Publisher) build(ctx context.Context, msgs []*outbox.Message, errs []er
 	return topics
 }
 
-// send produces the messages without an error yet. Their results come on
-// the returned channel; awaiting marks them.
-func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, topics []string, errs []error) (<-chan produced, []bool) {
-	results := make(chan produced, len(msgs))
-	awaiting := make([]bool, len(msgs))
-	for i, m := range msgs {
+// sending is the produce state of one Publish call.
+type sending struct {
+	results  chan produced
+	awaiting []bool // produced or waiting for its turn, no result yet
+	sent     []bool // produced
+	next     runs   // the next message of each one's key and topic (see chain)
+}
+
+// send produces the messages without an error yet, except those waiting
+// for the acknowledgement of the one before them of their key and topic
+// (see chain): await produces those in their turn. Results come on
+// s.results.
+func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, topics []string, errs []error) *sending {
+	s := &sending{
+		results:  make(chan produced, len(msgs)),
+		awaiting: make([]bool, len(msgs)),
+		sent:     make([]bool, len(msgs)),
+		next:     chain(msgs, topics, errs),
+	}
+	for i := range msgs {
 		if errs[i] != nil {
 			continue
 		}
-		awaiting[i] = true
-		p.client.Produce(ctx, p.record(topics[i], m), func(_ *kgo.Record, err error) {
-			results <- produced{i, err} // never blocks: room for every message
-		})
+		s.awaiting[i] = true
+		if !s.next.waits(i) {
+			p.produce(ctx, s, i, topics[i], msgs[i])
+		}
 	}
-	return results, awaiting
+	return s
 }
 
-// await sets the results of the messages sent, as they come, until every
-// one has come or ctx ends; then the messages still awaited fail.
-func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, topics []string, results <-chan produced, awaiting []bool, errs []error) {
+// produce produces message i of the call.
+func (p *Publisher) produce(ctx context.Context, s *sending, i int, topic string, m *outbox.Message) {
+	s.sent[i] = true
+	p.client.Produce(ctx, p.record(topic, m), func(_ *kgo.Record, err error) {
+		s.results <- produced{i, err} // never blocks: room for every message
+	})
+}
+
+// await sets the results of the messages sent, as they come, producing the
+// next message of a key once the one before it is acknowledged, until
+// every one has come or ctx ends; then the messages still awaited fail.
+func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, topics []string, s *sending, errs []error) {
 	pending := 0
-	for _, wait := range awaiting {
+	for _, wait := range s.awaiting {
 		if wait {
 			pending++
 		}
 	}
 	settle := func(r produced) {
 		errs[r.index] = p.classify(ctx, topics[r.index], msgs[r.index], r.err)
-		awaiting[r.index] = false
+		s.awaiting[r.index] = false
 		pending--
+		for j := s.next.after(r.index); j >= 0; j = s.next.after(j) {
+			if errs[r.index] == nil {
+				p.produce(ctx, s, j, topics[j], msgs[j]) // the one before it is written: its turn
+				break
+			}
+			errs[j] = fmt.Errorf("kafka: produce to topic %q: %w", topics[j], errNotProduced)
+			s.awaiting[j] = false
+			pending--
+		}
 	}
 	for pending > 0 {
 		select {
-		case r := <-results:
+		case r := <-s.results:
 			settle(r)
 		case <-ctx.Done():
 			// Results that arrived meanwhile still count.
 			for drained := false; !drained && pending > 0; {
 				select {
-				case r := <-results:
+				case r := <-s.results:
 					settle(r)
 				default:
 					drained = true
 				}
 			}
-			for i, wait := range awaiting {
+			for i, wait := range s.awaiting {
 				if wait {
 					errs[i] = fmt.Errorf("kafka: produce to topic %q: not acknowledged (the record may still be produced): %w", topics[i], context.Cause(ctx))
+					if !s.sent[i] {
+						errs[i] = fmt.Errorf("kafka: produce to topic %q: not produced: the earlier message of its key was not acknowledged in time: %w", topics[i], context.Cause(ctx))
+					}
 					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 						// The brokers did not take it in time: unreachable,
 						// or the topic unusable.

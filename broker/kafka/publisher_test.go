@@ -325,6 +325,7 @@ func TestOptionsValidate(t *testing.T) {
 		{kafka.Options{Brokers: ok, PublishTimeout: -1}, "PublishTimeout"},
 		{kafka.Options{Brokers: ok, MaxBufferedRecords: -1}, "MaxBufferedRecords"},
 		{kafka.Options{Brokers: ok, MaxMessageBytes: 100}, "MaxMessageBytes"},
+		{kafka.Options{Brokers: ok, KeyPipeline: -1}, "KeyPipeline"},
 		{kafka.Options{Brokers: ok, Linger: -1}, "Linger"},
 	} {
 		_, err := kafka.Dial(context.Background(), tc.opts)

@@ -24,6 +24,7 @@ var URLParams = []string{
 	"max_message_bytes",    // MaxMessageBytes
 	"linger",               // Linger (a duration: 5ms)
 	"client_id",            // ClientID
+	"key_pipeline",         // KeyPipeline (1: one message per key per call)
 }
 
 // ParseURL reads a Kafka URL, kafka://host:port,host:port?auto_create=true,
@@ -97,15 +98,18 @@ func ParseURL(raw string) (Options, error) {
 			default:
 				opts.Linger = d
 			}
-		case "max_buffered_records", "max_message_bytes":
+		case "max_buffered_records", "max_message_bytes", "key_pipeline":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
 				return opts, bad("a positive integer")
 			}
-			if name == "max_buffered_records" {
+			switch name {
+			case "max_buffered_records":
 				opts.MaxBufferedRecords = n
-			} else {
+			case "max_message_bytes":
 				opts.MaxMessageBytes = n
+			default:
+				opts.KeyPipeline = n
 			}
 		case "client_id":
 			opts.ClientID = v

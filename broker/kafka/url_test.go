@@ -10,7 +10,7 @@ import (
 )
 
 func TestParseURL(t *testing.T) {
-	opts, err := kafka.ParseURL("kafka://127.0.0.1:9092,kafka-2,[::1]:9093/?auto_create=true&delivery_timeout=20s&publish_timeout=5s&max_buffered_records=100&max_message_bytes=2000000&linger=5ms&client_id=relay")
+	opts, err := kafka.ParseURL("kafka://127.0.0.1:9092,kafka-2,[::1]:9093/?auto_create=true&delivery_timeout=20s&publish_timeout=5s&max_buffered_records=100&max_message_bytes=2000000&linger=5ms&client_id=relay&key_pipeline=4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,7 +18,7 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("Brokers %v; want %v", opts.Brokers, want)
 	}
 	if !opts.AllowAutoTopicCreation || opts.DeliveryTimeout != 20*time.Second || opts.PublishTimeout != 5*time.Second ||
-		opts.MaxBufferedRecords != 100 || opts.MaxMessageBytes != 2000000 || opts.Linger != 5*time.Millisecond || opts.ClientID != "relay" {
+		opts.MaxBufferedRecords != 100 || opts.MaxMessageBytes != 2000000 || opts.Linger != 5*time.Millisecond || opts.ClientID != "relay" || opts.KeyPipeline != 4 {
 		t.Errorf("options %+v", opts)
 	}
 	if err := opts.Validate(); err != nil {

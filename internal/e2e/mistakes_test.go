@@ -21,6 +21,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/brokertest"
 	"github.com/outboxrelay/outbox/internal/backends"
+	"github.com/outboxrelay/outbox/internal/relaytest"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/store/postgres"
 )
@@ -40,19 +41,11 @@ func mistakeRelay(t *testing.T, e *env, url string, maxAttempts int) *outbox.Rel
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	r, err := outbox.NewRelay(e.store, pub, outbox.Config{
+	return relaytest.Start(t, e.store, pub, outbox.Config{
 		Node: "mistakes", Workers: 2, BatchSize: 100,
 		PollInterval: 20 * time.Millisecond, PublishTimeout: 2 * time.Second, LeaseTTL: 10 * time.Second,
 		MaxAttempts: maxAttempts, BackoffMin: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Stop() })
-	return r
 }
 
 // writeSome writes n messages over keys keys on topic, in transactions of
