@@ -42,9 +42,14 @@ const (
 func (r *Relay) outcome(rec *Record, err error, now time.Time, s *Settlement) int {
 	if err == nil || errors.Is(err, ErrDuplicate) {
 		if err != nil {
-			r.dupN.Add(1)
+			total := r.dupN.Add(1)
 			r.emit(Event{Kind: EventDuplicate, Topic: rec.Topic, Count: 1, Err: err})
-			r.log.Warn("the broker acknowledged a duplicate (counted as delivered): a retry after a lost acknowledgement, or two messages sharing an ID", "id", rec.ID, "topic", rec.Topic, "err", err)
+			// After a takeover thousands are redelivered at once: one line
+			// per failLogEvery, with the count (Stats and the hook have each).
+			last := r.dupLog.Load()
+			if t := time.Now().UnixNano(); t-last >= int64(failLogEvery) && r.dupLog.CompareAndSwap(last, t) {
+				r.log.Warn("the broker acknowledged a duplicate (counted as delivered): a retry after a lost acknowledgement, or two messages sharing an ID (logged at most every 10s)", "id", rec.ID, "topic", rec.Topic, "duplicates_total", total, "err", err)
+			}
 		}
 		s.Delivered = append(s.Delivered, rec.ID)
 		return outcomeDelivered

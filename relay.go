@@ -82,6 +82,7 @@ type Relay struct {
 	dupN      atomic.Int64
 	heldN     atomic.Int64
 	failLog   atomic.Int64 // unix nanos of the last "failing" log line
+	dupLog    atomic.Int64 // unix nanos of the last "duplicate" log line
 }
 
 // NewRelay returns a relay for store and pub. cfg is completed with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -431,12 +432,48 @@ func TestRelayDuplicateAckIsDelivered(t *testing.T) {
 	written := writeTopics(t, st, 3, 2, "dup")
 	b := &topicBroker{}
 	b.set("dup", fmt.Errorf("%w: sequence 7", outbox.ErrDuplicate))
-	r := startRelay(t, st, b, fastConfig())
+	cfg := fastConfig()
+	var logs countingHandler
+	cfg.Logger = slog.New(&logs)
+	r := startRelay(t, st, b, cfg)
 	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
 	if s := r.Stats(); s.Duplicates != 6 || s.Published != 6 || len(st.Dead()) != 0 {
 		t.Fatalf("Stats %+v, %d dead: want 6 duplicates counted as published", s, len(st.Dead()))
 	}
+	// Rate-limited: one line per 10 s, not one per duplicate (a takeover
+	// redelivers thousands).
+	if n := logs.count("acknowledged a duplicate"); n < 1 || n >= 6 {
+		t.Fatalf("%d duplicate WARN lines for 6 duplicates, want 1 (one per 10 s)", n)
+	}
 	_ = written
+}
+
+// countingHandler counts log records by message substring.
+type countingHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, r.Message)
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) count(sub string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.Contains(m, sub) {
+			n++
+		}
+	}
+	return n
 }
 
 // cutPublisher cannot reach its broker while down is set: every publish is
