@@ -71,15 +71,7 @@ func walRelayConfig(node string) outbox.Config {
 
 func startRelay(t *testing.T, s outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
-	r, err := outbox.NewRelay(s, pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Stop() })
-	return r
+	return relaytest.Start(t, s, pub, cfg)
 }
 
 func currentLSN(t *testing.T, q interface {
