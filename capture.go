@@ -36,12 +36,13 @@ func (w *worker) refill(ctx context.Context) {
 	every := w.r.pollInterval()
 	poll := now.Sub(w.lastPoll) >= every
 	all := w.r.fetchAll[w.index].Swap(false)
-	polled, wanted := poll, false
+	polled, wanted, notified := poll, false, false
 	var cursors []Cursor
 	for _, p := range w.order {
 		ps := w.parts[p]
 		if w.r.dirty[p].Swap(false) || all {
 			ps.caughtUp = false // written since the last fetch
+			notified = true
 		}
 		if ps.rewind {
 			// A failing key recovered: read its dropped records again.
@@ -84,7 +85,7 @@ func (w *worker) refill(ctx context.Context) {
 	var gather time.Duration
 	if polled && !wanted {
 		gather = gatherAligned
-	} else if wanted && w.r.notified.Load() > 1 {
+	} else if notified && w.r.notified.Load() > 1 {
 		gather = notifyGather
 	}
 	// The fetch runs beside the publishing; fetched applies its result.

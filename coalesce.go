@@ -172,8 +172,8 @@ func (r *Relay) fetchMerged(ctx context.Context, calls []fetchCall) []fetchOut {
 		var recs []Record
 		var mark string
 		var err error
-		if mf := r.caps.marked; r.caps.late == lateMarked {
-			recs, mark, err = mf.FetchMarked(ctx, cursors, limit)
+		if r.caps.late == lateMarked {
+			recs, mark, err = r.caps.marked.FetchMarked(ctx, cursors, limit)
 		} else {
 			recs, err = r.store.Fetch(ctx, cursors, limit)
 		}

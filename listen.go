@@ -108,8 +108,10 @@ func (r *Relay) listen(ctx context.Context) {
 			// Writes committed while unsubscribed were not notified.
 			r.notifyAll()
 		}
-		r.listening.Store(true)
 		err := pn.SubscribePartitions(ctx, func(ps []int) {
+			// Subscribed (stores call fn(nil) once they are): polls are
+			// now only a safety net.
+			r.listening.Store(true)
 			if ps == nil {
 				r.notifyAll()
 			} else {

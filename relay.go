@@ -51,8 +51,9 @@ type Relay struct {
 	// p's worker to fetch p. Set by notifications, cleared by the workers.
 	fetchAll []atomic.Bool
 	dirty    []atomic.Bool
-	// listening is set while the relay is subscribed to the store's
-	// notifications: polls are then a safety net, made less often.
+	// listening is set from the subscription's first notification (the
+	// store's fn(nil) once subscribed) until it ends: polls are then a
+	// safety net, made less often.
 	listening atomic.Bool
 	notified  atomic.Int32 // workers the last notification woke
 	// Ordering none: the worker a notification wakes next, and which are

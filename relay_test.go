@@ -484,6 +484,8 @@ func TestNewRelayRejectsBadConfig(t *testing.T) {
 		{outbox.Config{Ordering: "fifo"}, `ordering must be "key" or "none", got "fifo"`},
 		{outbox.Config{PublishTimeout: 10 * time.Second, LeaseTTL: 15 * time.Second}, "Config.LeaseTTL must exceed 2 × PublishTimeout"},
 		{outbox.Config{MaxAttempts: -3}, "Config.MaxAttempts must be between 1 and 1000, got -3"},
+		{outbox.Config{SettleInterval: -time.Millisecond}, "Config.SettleInterval must be positive and below PublishTimeout"},
+		{outbox.Config{SettleInterval: time.Minute}, "Config.SettleInterval must be positive and below PublishTimeout"},
 	}
 	for _, c := range cases {
 		_, err := outbox.NewRelay(st, &broker{}, c.cfg)
