@@ -1,83 +1,254 @@
 package outbox
 
-// The capture side of a worker: it reads records from the store into the
-// partitions' queues, and learns from the settlements what no read may
-// queue again. The seam with the publishing side (worker.go: the per-key
-// queues, batch building, publishing, outcomes, settlement batching) is
-//
-//   - capture → publishing: fetched and swept push records (in Seq order
-//     per partition, late records after what was read before) into
-//     partState.q, and nothing else; the cursor and mark of each partition
-//     are the capture's own.
-//   - publishing → capture: settled records the worker remembers in gone
-//     (while a read is in flight) and partState.settling, so that a read
-//     that started before a settlement cannot queue its record again; a
-//     failing key truncates its queue (partState.trunc) and the capture
-//     re-reads its tail when it recovers (partState.rewind).
-//
-// Other capture sides feed the same pipeline through the Store interface:
-// the unordered SKIP LOCKED claim (unordered.go) hands its records to
-// publish and outcome directly, and the WAL capture (store/postgres
-// WALStore) serves Fetch from the records it streamed, so that it copies
-// none of the pipeline.
+// The partition-lease poller: the capture side of a worker in key mode. It
+// reads the records of the partitions the worker leases from the store (a
+// fetch after each cursor when notified or polled; a sweep below the
+// cursors for records that committed late) and feeds them to the worker's
+// pipeline (pipeline.go, which describes the seam), and it writes the
+// settlements the pipeline hands back, fenced by the leases.
 
 import (
 	"context"
+	"maps"
+	"math"
+	"slices"
 	"time"
 )
 
-// refill fetches records for partitions whose pending queue runs low.
-func (w *worker) refill(ctx context.Context) {
-	if w.fetching {
+// markedSweepInterval is the least time between sweeps with a store that
+// implements MarkedFetcher, whose fetches already return late commits.
+var markedSweepInterval = 30 * time.Second
+
+// poller reads a worker's leased partitions into its pipeline. Its state
+// is touched only by the worker's goroutine; reads run beside it and come
+// back as events.
+type poller struct {
+	r      *Relay
+	index  int // the worker's
+	pipe   *pipeline
+	events chan<- workerEvent
+
+	parts map[int]*cursorState
+	order []int // partitions, in order
+
+	fetching   bool // a fetch is in flight
+	fetchStart time.Time
+	// A sweep runs beside the publishing too, in two steps (Unsettled,
+	// then Fetch of the late records).
+	sweeping   bool
+	sweepStart time.Time
+	lastSweep  time.Time
+	// gone holds the IDs whose delivery or dead-lettering was written while
+	// a fetch or sweep was in flight, with when: a read that started before
+	// may still return them, and must not queue them again.
+	goneIDs map[string]time.Time
+	// lastPoll is when the poller last fetched every partition it holds,
+	// notified or not: a partition whose notification was lost is found
+	// within PollInterval even while other partitions keep being notified.
+	lastPoll time.Time
+	// failed is called with a store error (the worker backs off), ok after
+	// a read succeeded.
+	failed func(op string, err error)
+	ok     func()
+}
+
+// cursorState is what the poller knows of one leased partition.
+type cursorState struct {
+	lease    Lease
+	cursor   int64  // highest Seq fetched
+	mark     string // the MarkedFetcher mark of the fetch that set cursor
+	caughtUp bool   // the last fetch returned everything there was
+	// high is the highest Seq ever fetched; cursor is below it after a
+	// rewind, and records between them may be known already.
+	high int64
+	// trunc holds, per failing key whose records were dropped from memory,
+	// the Seq after which they were dropped: records of the key above it
+	// are not queued until the key recovers, and then the cursor rewinds
+	// there (rewindTo) to read them again, in order.
+	trunc    map[string]int64
+	rewind   bool
+	rewindTo int64
+	// recov holds the keys that recovered since the last rewind: their
+	// truncation ends when the rewound fetch is issued, so that a fetch
+	// already in flight cannot queue a record of theirs before the records
+	// the rewind reads.
+	recov map[string]bool
+}
+
+func newPoller(r *Relay, index int, events chan<- workerEvent) *poller {
+	return &poller{
+		r:       r,
+		index:   index,
+		events:  events,
+		parts:   map[int]*cursorState{},
+		goneIDs: map[string]time.Time{},
+		failed:  func(string, error) {},
+		ok:      func() {},
+	}
+}
+
+// open makes sure the poller reads l's partition, from the start if the
+// lease is new (or taken again since).
+func (c *poller) open(l Lease) {
+	if cs, ok := c.parts[l.Partition]; ok && cs.lease.Epoch == l.Epoch {
 		return
 	}
-	cfg := w.r.cfg
+	c.parts[l.Partition] = &cursorState{lease: l, trunc: map[string]int64{}, recov: map[string]bool{}}
+}
+
+// close stops reading partition p.
+func (c *poller) close(p int) { delete(c.parts, p) }
+
+// reorder rebuilds the partition order after partitions came or went.
+func (c *poller) reorder() {
+	c.order = slices.Sorted(maps.Keys(c.parts))
+}
+
+// writeSettlements writes a batch through the relay's coalesced settle:
+// fenced by the leases, merged with other workers' batches.
+func (c *poller) writeSettlements(ctx context.Context, batch []Settlement, gather time.Duration) ([]Lease, error) {
+	out := c.r.calls.settle.do(ctx, batch, gather)
+	return out.fenced, out.err
+}
+
+// gone remembers id while a read is in flight that may still return it.
+func (c *poller) gone(id string) {
+	if c.fetching || c.sweeping {
+		c.goneIDs[id] = time.Now()
+	}
+}
+
+// dropped records that the records of key k dropped from memory (a
+// failing key keeps its head only) are to be read again from the store.
+func (c *poller) dropped(p int, k string, recs []*Record) {
+	cs := c.parts[p]
+	if cs == nil || len(recs) == 0 {
+		return
+	}
+	after := recs[0].Seq - 1
+	for _, r := range recs[1:] {
+		after = min(after, r.Seq-1) // late records come after higher Seqs
+	}
+	if cur, ok := cs.trunc[k]; !ok || after < cur {
+		cs.trunc[k] = after
+	}
+}
+
+// recovered is called when key k's head was delivered or dead-lettered:
+// if records of k were dropped while it failed, the next fetch rewinds the
+// cursor to read them again (and only then are they let in).
+func (c *poller) recovered(p int, k string) {
+	cs := c.parts[p]
+	if cs == nil {
+		return
+	}
+	after, ok := cs.trunc[k]
+	if !ok {
+		return
+	}
+	cs.recov[k] = true
+	if !cs.rewind || after < cs.rewindTo {
+		cs.rewindTo = after
+	}
+	cs.rewind = true
+}
+
+// held reports whether rec must stay out of memory because its key is
+// failing: above the key's truncation point, or any new record of a
+// failing key (which then starts a truncation).
+func (c *poller) held(cs *cursorState, rec *Record) bool {
+	k := queueKey(rec)
+	if after, ok := cs.trunc[k]; ok {
+		return rec.Seq > after
+	}
+	if c.pipe.failing(rec.Partition, k) {
+		cs.trunc[k] = rec.Seq - 1
+		return true
+	}
+	return false
+}
+
+// lowestTrunc returns the lowest truncation point of the partition's
+// failing keys, if any.
+func (cs *cursorState) lowestTrunc() (int64, bool) {
+	if len(cs.trunc) == 0 {
+		return 0, false
+	}
+	lowest := int64(math.MaxInt64)
+	for _, after := range cs.trunc {
+		lowest = min(lowest, after)
+	}
+	if cs.rewind {
+		lowest = min(lowest, cs.rewindTo)
+	}
+	return lowest, true
+}
+
+// nextWake is how long the poller may wait (at most d, PollInterval,
+// unless the next poll is due later) before a poll or a sweep is due;
+// canStart says whether the pipeline could publish what it reads.
+func (c *poller) nextWake(now time.Time, d time.Duration, canStart bool) time.Duration {
+	if !c.fetching && canStart {
+		// The next poll is due then (otherwise a result wakes the worker
+		// first, and refill polls after it). While subscribed to
+		// notifications that is 4 × PollInterval away.
+		d = max(0, c.lastPoll.Add(c.r.pollInterval()).Sub(now))
+	}
+	if len(c.parts) > 0 && c.r.caps.late == lateSweep && !c.sweeping {
+		d = min(d, max(0, c.lastSweep.Add(c.r.cfg.SweepInterval).Sub(now)))
+	}
+	return d
+}
+
+// refill fetches records for partitions whose pending queue runs low.
+func (c *poller) refill(ctx context.Context) {
+	if c.fetching {
+		return
+	}
+	cfg := c.r.cfg
 	now := time.Now()
-	every := w.r.pollInterval()
-	poll := now.Sub(w.lastPoll) >= every
-	all := w.r.fetchAll[w.index].Swap(false)
+	every := c.r.pollInterval()
+	poll := now.Sub(c.lastPoll) >= every
+	all := c.r.fetchAll[c.index].Swap(false)
 	polled, wanted, notified := poll, false, false
 	var cursors []Cursor
-	for _, p := range w.order {
-		ps := w.parts[p]
-		if w.r.dirty[p].Swap(false) || all {
-			ps.caughtUp = false // written since the last fetch
+	for _, p := range c.order {
+		cs := c.parts[p]
+		if c.r.dirty[p].Swap(false) || all {
+			cs.caughtUp = false // written since the last fetch
 			notified = true
 		}
-		if ps.rewind {
+		if cs.rewind {
 			// A failing key recovered: read its dropped records again.
-			ps.cursor = min(ps.cursor, ps.rewindTo)
-			ps.rewind, ps.caughtUp = false, false
-			for k := range ps.recov {
-				if !ps.q.isFailing(k) { // (it may have failed again)
-					delete(ps.trunc, k)
+			cs.cursor = min(cs.cursor, cs.rewindTo)
+			cs.rewind, cs.caughtUp = false, false
+			for k := range cs.recov {
+				if !c.pipe.failing(p, k) { // (it may have failed again)
+					delete(cs.trunc, k)
 				}
 			}
-			clear(ps.recov)
+			clear(cs.recov)
 		}
-		// Records of failing keys do not count: they hold back only their
-		// own key (one record each). The hard bound is reached only with
-		// more than FetchSize keys of the partition failing at once.
-		if ps.shed || ps.q.n-ps.q.blocked > cfg.FetchSize/2 || ps.q.n >= 2*cfg.FetchSize {
+		if !c.pipe.wants(p) {
 			continue
 		}
-		if ps.caughtUp && !poll {
+		if cs.caughtUp && !poll {
 			continue
 		}
-		wanted = wanted || !ps.caughtUp
-		cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor, Mark: ps.mark})
+		wanted = wanted || !cs.caughtUp
+		cursors = append(cursors, Cursor{Lease: cs.lease, After: cs.cursor, Mark: cs.mark})
 	}
 	if poll {
 		// Polled, even if every partition was full or shed. Polls fall on
 		// multiples of PollInterval, the same for every worker, so that an
 		// idle relay's polls are coalesced into one fetch.
-		w.lastPoll = now.Truncate(every)
+		c.lastPoll = now.Truncate(every)
 	}
 	if len(cursors) == 0 {
 		return
 	}
-	w.fetching = true
-	w.fetchStart = now
+	c.fetching = true
+	c.fetchStart = now
 	limit := max(1, cfg.FetchSize/2)
 	// A poll alone (no partition notified or running low) is due at the
 	// same instant in every worker: let them make one fetch. So are the
@@ -85,7 +256,7 @@ func (w *worker) refill(ctx context.Context) {
 	var gather time.Duration
 	if polled && !wanted {
 		gather = gatherAligned
-	} else if notified && w.r.notified.Load() > 1 {
+	} else if notified && c.r.notified.Load() > 1 {
 		gather = notifyGather
 	}
 	// The fetch runs beside the publishing; fetched applies its result.
@@ -93,9 +264,9 @@ func (w *worker) refill(ctx context.Context) {
 		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
 		defer cancel()
 		res := fetchResult{cursors: cursors, limit: limit, start: now}
-		out := w.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit}, gather)
+		out := c.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit}, gather)
 		res.recs, res.mark, res.err = out.recs, out.mark, out.err
-		w.events <- res
+		c.events <- res
 	}()
 }
 
@@ -111,73 +282,73 @@ type fetchResult struct {
 // fetched applies a fetch: new records go to the back of their
 // partition's queue, in Seq order; records that committed below the
 // cursor since the last fetch come after everything fetched before.
-func (w *worker) fetched(res fetchResult) {
-	w.fetching = false
+func (c *poller) fetched(res fetchResult) {
+	c.fetching = false
 	if res.err != nil {
-		w.storeFailed("fetch", res.err)
-		w.pruneGone()
+		c.failed("fetch", res.err)
+		c.pruneGone()
 		return
 	}
-	w.storeOK()
-	w.r.emit(Event{Kind: EventFetched, Count: len(res.recs), Duration: time.Since(res.start)})
+	c.ok()
+	c.r.emit(Event{Kind: EventFetched, Count: len(res.recs), Duration: time.Since(res.start)})
 	epochs := make(map[int]int64, len(res.cursors))
-	for _, c := range res.cursors {
-		epochs[c.Partition] = c.Epoch
+	for _, cur := range res.cursors {
+		epochs[cur.Partition] = cur.Epoch
 	}
-	current := func(p int) *partState {
-		ps := w.parts[p]
-		if ps == nil || ps.lease.Epoch != epochs[p] {
+	current := func(p int) *cursorState {
+		cs := c.parts[p]
+		if cs == nil || cs.lease.Epoch != epochs[p] {
 			return nil // dropped, or taken again since: start afresh
 		}
-		return ps
+		return cs
 	}
-	now := w.r.cfg.Now()
+	now := c.r.cfg.Now()
 	counts := map[int]int{}
 	for i := range res.recs {
 		rec := &res.recs[i]
-		ps := current(rec.Partition)
-		if ps == nil {
+		cs := current(rec.Partition)
+		if cs == nil {
 			continue
 		}
 		counts[rec.Partition]++ // late records count too: a fetch may return only them, up to the limit
-		if rec.Seq > ps.cursor {
-			ps.cursor = rec.Seq
-			if rec.Seq > ps.high {
-				ps.high = rec.Seq
-			} else if ps.known(rec) {
+		if rec.Seq > cs.cursor {
+			cs.cursor = rec.Seq
+			if rec.Seq > cs.high {
+				cs.high = rec.Seq
+			} else if c.pipe.known(rec) {
 				continue // read again after a rewind
 			}
-		} else if ps.known(rec) {
+		} else if c.pipe.known(rec) {
 			continue
 		}
-		if w.stale(rec) || ps.held(rec) {
+		if c.stale(rec) || c.held(cs, rec) {
 			// Settled since this fetch started (a sweep found it first),
 			// or its key is failing: read again when it recovers.
 			continue
 		}
-		ps.q.push(rec, now)
+		c.pipe.feed(rec, now)
 	}
-	for _, c := range res.cursors {
-		if ps := current(c.Partition); ps != nil {
-			ps.caughtUp = counts[c.Partition] < res.limit
-			ps.mark = res.mark
+	for _, cur := range res.cursors {
+		if cs := current(cur.Partition); cs != nil {
+			cs.caughtUp = counts[cur.Partition] < res.limit
+			cs.mark = res.mark
 		}
 	}
-	w.pruneGone()
+	c.pruneGone()
 }
 
 // shouldSweep reports whether it is time to look below the cursors for
 // records that committed late: every SweepInterval (stores that bill per
 // request, like DynamoDB, pay for every sweep, so there are no extra ones).
-func (w *worker) shouldSweep(now time.Time) bool {
-	if len(w.parts) == 0 {
+func (c *poller) shouldSweep(now time.Time) bool {
+	if len(c.parts) == 0 || c.sweeping {
 		return false
 	}
 	// Without marks, every SweepInterval; with marks (which already return
 	// late commits) it is a safety net; never when nothing can commit
 	// below a cursor.
-	every, ok := w.r.caps.sweepEvery(w.r.cfg)
-	return ok && now.Sub(w.lastSweep) >= every
+	every, ok := c.r.caps.sweepEvery(c.r.cfg)
+	return ok && now.Sub(c.lastSweep) >= every
 }
 
 // sweep finds unpublished records below the cursors that the worker has
@@ -185,26 +356,26 @@ func (w *worker) shouldSweep(now time.Time) bool {
 // fetched) and queues them. It runs beside the publishing, like a fetch,
 // in two steps: the references of the unsettled records below the cursors,
 // then (applied by swept) the records the worker does not know.
-func (w *worker) sweep(ctx context.Context) {
-	w.lastSweep = time.Now()
+func (c *poller) sweep(ctx context.Context) {
+	c.lastSweep = time.Now()
 	var cursors []Cursor
-	for _, p := range w.order {
-		ps := w.parts[p]
-		if ps.cursor > 0 && !ps.shed {
-			cursors = append(cursors, Cursor{Lease: ps.lease, After: ps.cursor})
+	for _, p := range c.order {
+		cs := c.parts[p]
+		if cs.cursor > 0 && !c.pipe.handingBack(p) {
+			cursors = append(cursors, Cursor{Lease: cs.lease, After: cs.cursor})
 		}
 	}
 	if len(cursors) == 0 {
 		return
 	}
-	w.sweeping = true
+	c.sweeping = true
 	start := time.Now()
-	w.sweepStart = start
+	c.sweepStart = start
 	go func() {
-		sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
+		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.PublishTimeout)
 		defer cancel()
-		refs, err := w.r.store.Unsettled(sctx, cursors)
-		w.events <- sweepResult{start: start, refs: refs, err: err}
+		refs, err := c.r.store.Unsettled(sctx, cursors)
+		c.events <- sweepResult{start: start, refs: refs, err: err}
 	}()
 }
 
@@ -219,37 +390,34 @@ type sweepResult struct {
 }
 
 // swept applies a step of a sweep.
-func (w *worker) swept(ctx context.Context, res sweepResult) {
-	w.sweeping = false
+func (c *poller) swept(ctx context.Context, res sweepResult) {
+	c.sweeping = false
 	if res.err != nil {
 		op := "unsettled"
 		if res.late {
 			op = "fetch late"
 		}
-		w.storeFailed(op, res.err)
-		w.pruneGone()
+		c.failed(op, res.err)
+		c.pruneGone()
 		return
 	}
 	if !res.late {
-		queued := map[string]bool{}
-		for _, p := range w.order {
-			w.parts[p].q.each(func(rec *Record) { queued[rec.ID] = true })
-		}
+		known := c.pipe.knownIDs()
 		var late []Cursor
 		perPart := map[int]int{}
 		capped := false
 		for _, ref := range res.refs {
-			ps := w.parts[ref.Partition]
-			_, gone := w.gone[ref.ID]
-			if ps == nil || ref.Seq > ps.cursor || gone || queued[ref.ID] || ps.inflight[ref.ID] != nil || ps.settling[ref.ID] > 0 {
+			cs := c.parts[ref.Partition]
+			_, gone := c.goneIDs[ref.ID]
+			if cs == nil || ref.Seq > cs.cursor || gone || known(ref.Partition, ref.ID) {
 				continue
 			}
-			if lowest, ok := ps.lowestTrunc(); ok && ref.Seq > lowest {
+			if lowest, ok := cs.lowestTrunc(); ok && ref.Seq > lowest {
 				// Possibly a failing key's dropped record (a reference has
 				// no key): the rewind reads it when the key recovers.
 				continue
 			}
-			if perPart[ref.Partition] >= max(1, w.r.cfg.FetchSize/2) {
+			if perPart[ref.Partition] >= max(1, c.r.cfg.FetchSize/2) {
 				// A big late transaction: read it a fetch's worth at a
 				// time (references come in Seq order), the rest at once
 				// after, so memory stays bounded by FetchSize.
@@ -257,65 +425,65 @@ func (w *worker) swept(ctx context.Context, res sweepResult) {
 				continue
 			}
 			perPart[ref.Partition]++
-			late = append(late, Cursor{Lease: ps.lease, After: ref.Seq - 1})
+			late = append(late, Cursor{Lease: cs.lease, After: ref.Seq - 1})
 		}
 		if capped {
-			w.lastSweep = time.Time{} // sweep again as soon as this one is applied
+			c.lastSweep = time.Time{} // sweep again as soon as this one is applied
 		}
 		if len(late) == 0 {
-			w.pruneGone()
+			c.pruneGone()
 			return
 		}
-		w.sweeping = true
+		c.sweeping = true
 		go func() {
-			sctx, cancel := context.WithTimeout(ctx, w.r.cfg.PublishTimeout)
+			sctx, cancel := context.WithTimeout(ctx, c.r.cfg.PublishTimeout)
 			defer cancel()
-			recs, err := w.r.store.Fetch(sctx, late, 1)
-			w.events <- sweepResult{start: res.start, late: true, recs: recs, err: err}
+			recs, err := c.r.store.Fetch(sctx, late, 1)
+			c.events <- sweepResult{start: res.start, late: true, recs: recs, err: err}
 		}()
 		return
 	}
-	now := w.r.cfg.Now()
+	now := c.r.cfg.Now()
 	for i := range res.recs {
 		rec := &res.recs[i]
-		ps := w.parts[rec.Partition]
-		if ps == nil || rec.Seq > ps.cursor || w.stale(rec) || ps.known(rec) || ps.held(rec) {
+		cs := c.parts[rec.Partition]
+		if cs == nil || rec.Seq > cs.cursor || c.stale(rec) || c.pipe.known(rec) || c.held(cs, rec) {
 			continue
 		}
-		w.r.log.Warn("late record found by the sweep", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
-		ps.q.push(rec, now)
+		c.r.log.Warn("late record found by the sweep", "id", rec.ID, "partition", rec.Partition, "seq", rec.Seq)
+		c.pipe.feed(rec, now)
 	}
-	w.pruneGone()
+	c.pruneGone()
 }
 
 // stale reports whether rec was delivered or dead-lettered after the read
 // that returned it started.
-func (w *worker) stale(rec *Record) bool {
-	_, ok := w.gone[rec.ID]
+func (c *poller) stale(rec *Record) bool {
+	_, ok := c.goneIDs[rec.ID]
 	return ok
 }
 
 // pruneGone forgets settled IDs that no read in flight can return any more:
 // those written before the oldest read in flight started (all of them when
 // no read is in flight).
-func (w *worker) pruneGone() {
-	if len(w.gone) == 0 {
+func (c *poller) pruneGone() {
+	if len(c.goneIDs) == 0 {
 		return
 	}
-	if !w.fetching && !w.sweeping {
-		clear(w.gone)
+	if !c.fetching && !c.sweeping {
+		clear(c.goneIDs)
 		return
 	}
 	oldest := time.Now()
-	if w.fetching {
-		oldest = w.fetchStart
+	if c.fetching {
+		oldest = c.fetchStart
 	}
-	if w.sweeping && w.sweepStart.Before(oldest) {
-		oldest = w.sweepStart
+	if c.sweeping && c.sweepStart.Before(oldest) {
+		oldest = c.sweepStart
 	}
-	for id, t := range w.gone {
+	for id, t := range c.goneIDs {
 		if t.Before(oldest) {
-			delete(w.gone, id)
+			delete(c.goneIDs, id)
 		}
 	}
 }

@@ -168,11 +168,8 @@ func (r *Relay) sendLeases() {
 		snaps[p%len(snaps)][p] = *h
 	}
 	for i, w := range r.workers {
-		select {
-		case <-w.leaseIn: // superseded
-		default:
-		}
-		w.leaseIn <- snaps[i] // the coordinator is the only sender
+		w.leases.Store(&snaps[i]) // replaces one not yet taken
+		r.wake(i)
 	}
 }
 

@@ -100,11 +100,11 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Ordering == OrderingNone {
-		if _, ok := store.(UnorderedStore); !ok {
-			return nil, fmt.Errorf("outbox: Config.Ordering %q needs a store with row locks (UnorderedStore): %w", cfg.Ordering, ErrUnsupported)
-		}
+	caps := capsOf(store, pub)
+	if cfg.Ordering == OrderingNone && caps.unordered == nil {
+		return nil, fmt.Errorf("outbox: Config.Ordering %q needs a store with row locks (UnorderedStore): %w", cfg.Ordering, ErrUnsupported)
 	}
+	caps.keyPipeline = keyPipelineOf(pub, cfg)
 	r := &Relay{
 		store:   store,
 		pub:     pub,
@@ -115,8 +115,7 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		reports: newLeaseReports(),
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
-	r.caps = capsOf(store, pub)
-	r.caps.keyPipeline = keyPipelineOf(pub, cfg)
+	r.caps = caps
 	r.calls = newStoreCalls(r)
 	return r, nil
 }

@@ -5,6 +5,16 @@ import (
 	"time"
 )
 
+// The SKIP LOCKED claim: the capture side of ordering none. A claim holds
+// its rows locked in an open transaction until it is settled, and its
+// records have no key order to keep, so it does not go through the
+// pipeline's per-key FIFOs and settlement batching (pipeline.go): those
+// would hold the locks across other claims' publishes or keep a record
+// for its retry inside a claim. It uses the pipeline's publish and
+// outcome steps (publish, observe, outcome, report in outcome.go) and
+// settles each claim in its own transaction; a failed settle rolls the
+// claim back, to be claimed and published again.
+
 // runUnordered is worker i of OrderingNone: claim with row locks,
 // publish, settle and commit, again and again. When a claim finds nothing,
 // the worker waits for a notification (which wakes one worker, in turn);

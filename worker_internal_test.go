@@ -15,8 +15,9 @@ func TestNextWakeIgnoresRetriesBuildCannotTake(t *testing.T) {
 	cfg := Config{PollInterval: time.Second, SweepInterval: time.Hour}.WithDefaults()
 	r := &Relay{cfg: cfg, store: storeStub{}}
 	now := time.Now()
-	newPart := func(shed bool, validUntil time.Time) *partState {
-		ps := &partState{q: newPartQueue(), shed: shed, validUntil: validUntil}
+	newPart := func(shed bool, validUntil time.Time) *lane {
+		ps := newLane(Lease{})
+		ps.shed, ps.validUntil = shed, validUntil
 		// A key whose head waits for a retry time, which has come.
 		rec := &Record{Message: Message{ID: NewID(), Key: "k"}, NextAttemptAt: now.Add(time.Minute)}
 		ps.q.push(rec, now)
@@ -26,7 +27,7 @@ func TestNextWakeIgnoresRetriesBuildCannotTake(t *testing.T) {
 	valid := now.Add(time.Hour)
 	for _, c := range []struct {
 		name     string
-		ps       *partState
+		ps       *lane
 		inflight int
 		soon     bool // want a wake-up at once
 	}{
@@ -36,7 +37,9 @@ func TestNextWakeIgnoresRetriesBuildCannotTake(t *testing.T) {
 		{"every slot busy", newPart(false, valid), cfg.InFlight, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := &worker{r: r, parts: map[int]*partState{0: c.ps}, inflight: c.inflight, lastPoll: now, lastSweep: now}
+			w := newWorker(r, 0, nil)
+			w.pipe.lanes[0], w.pipe.inflight = c.ps, c.inflight
+			w.capture.lastPoll, w.capture.lastSweep = now, now
 			got := w.nextWake(now)
 			if c.soon && got > time.Millisecond {
 				t.Errorf("nextWake = %v, want 1ms (a retry is due)", got)
@@ -71,7 +74,8 @@ func TestNextWakeOverduePoll(t *testing.T) {
 		{"every slot busy", false, cfg.InFlight, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := &worker{r: r, parts: map[int]*partState{}, fetching: c.fetching, inflight: c.inflight, lastSweep: now}
+			w := newWorker(r, 0, nil)
+			w.capture.fetching, w.pipe.inflight, w.capture.lastSweep = c.fetching, c.inflight, now
 			got := w.nextWake(now) // lastPoll is zero: long overdue
 			if c.soon && got > time.Millisecond {
 				t.Errorf("nextWake = %v, want 1ms (a poll is overdue)", got)
@@ -112,8 +116,8 @@ func TestLaunchDoesNotPublishPastItsDeadline(t *testing.T) {
 			r := &Relay{cfg: cfg, store: storeStub{}, pub: pub}
 			r.dests = newDestinations(slog.New(slog.DiscardHandler), func(Event) {}, cfg.PublishTimeout)
 			w := newWorker(r, 0, nil)
-			ps := &partState{lease: Lease{Partition: 0, Epoch: 1}, q: newPartQueue(), inflight: map[string]*Record{}, settling: map[string]int{}, deadHeld: map[string]*Record{}}
-			w.parts[0] = ps
+			ps := newLane(Lease{Partition: 0, Epoch: 1})
+			w.pipe.lanes[0] = ps
 			rec := &Record{Message: Message{ID: NewID(), Key: "k"}}
 			ps.inflight[rec.ID] = rec
 			ctx, cancel := context.WithCancel(context.Background())
@@ -121,13 +125,13 @@ func TestLaunchDoesNotPublishPastItsDeadline(t *testing.T) {
 				cancel()
 			}
 			defer cancel()
-			w.launch(ctx, []*Record{rec}, time.Now().Add(c.deadline))
+			w.pipe.launch(ctx, []*Record{rec}, time.Now().Add(c.deadline))
 			(<-w.events).apply(ctx, w)
 			if pub.calls != 0 {
 				t.Fatalf("Publish called %d times after the deadline or kill", pub.calls)
 			}
-			if rec.Attempts != 0 || w.settleN != 0 {
-				t.Errorf("attempts %d, settlements %d: a publish never started must cost nothing", rec.Attempts, w.settleN)
+			if rec.Attempts != 0 || w.pipe.settleN != 0 {
+				t.Errorf("attempts %d, settlements %d: a publish never started must cost nothing", rec.Attempts, w.pipe.settleN)
 			}
 			if got := ps.q.take(10, 1, time.Now()); len(got) != 1 || got[0] != rec {
 				t.Errorf("record not back at the head of its key: %v", got)
