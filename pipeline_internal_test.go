@@ -14,11 +14,11 @@ import (
 // pipeline hands back through the seam (source). writeSettlements runs on
 // the pipeline's settler goroutine, the others on the test's (the loop's).
 type seamSource struct {
-	mu        sync.Mutex
-	written   []Settlement
-	goneIDs   []string
-	left      map[string][]string // key → IDs that left memory
-	recov     []string            // keys that recovered
+	mu      sync.Mutex
+	written []Settlement
+	goneIDs []string
+	left    map[string][]string // key → IDs that left memory
+	recov   []string            // keys that recovered
 }
 
 func (s *seamSource) writeSettlements(_ context.Context, batch []Settlement, _ time.Duration) ([]Lease, error) {
