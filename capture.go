@@ -104,11 +104,36 @@ func (c *poller) reorder() {
 	c.order = slices.Sorted(maps.Keys(c.parts))
 }
 
-// writeSettlements writes a batch through the relay's coalesced settle:
-// fenced by the leases, merged with other workers' batches.
-func (c *poller) writeSettlements(ctx context.Context, batch []Settlement, gather time.Duration) ([]Lease, error) {
-	out := c.r.calls.settle.do(ctx, batch, gather)
-	return out.fenced, out.err
+// writeSettlements writes a batch through the relay's coalesced settle
+// (fenced by the leases, merged with other workers' batches), retrying a
+// failed write with backoff until it succeeds or killCtx ends (the
+// messages then stay in the outbox and are published again later).
+func (c *poller) writeSettlements(killCtx context.Context, batch []Settlement, gather time.Duration) []Lease {
+	r := c.r
+	retry := r.newRetrier()
+	for {
+		ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
+		start := time.Now()
+		out := r.calls.settle.do(ctx, batch, gather)
+		cancel()
+		if out.err == nil {
+			n := 0
+			for _, s := range batch {
+				n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
+			}
+			r.emit(Event{Kind: EventSettled, Count: n, Duration: time.Since(start)})
+			return out.fenced
+		}
+		if killCtx.Err() != nil {
+			return nil
+		}
+		r.emit(Event{Kind: EventStoreError, Err: out.err})
+		d := retry.failed()
+		r.log.Warn("settle failed; retrying", "err", out.err, "attempt", retry.failures, "retry_in", d)
+		if !sleepCtx(killCtx, d) {
+			return nil
+		}
+	}
 }
 
 // gone remembers id while a read is in flight that may still return it.

@@ -34,10 +34,12 @@ import (
 // key mode. The WAL capture (store/postgres WALStore) plugs in behind it,
 // through the Store interface: it serves Fetch from what it streamed and
 // confirms the slot when settlements are written, and copies none of the
-// pipeline. The unordered claim (unordered.go) has no order to keep and
-// settles each claim in its own transaction, so it uses the pipeline's
-// publish and outcome steps (publish, observe, outcome, report) without
-// the per-key FIFO and the settlement batching.
+// pipeline. The SKIP LOCKED claim of ordering none (unordered.go) is the
+// second capture side: it feeds one claim at a time to a pipeline in
+// claims mode (records without key order, each published once per claim,
+// one publish in flight, the settlements handed back as soon as the claim
+// is published: see publishAll), and writes them in the claim's
+// transaction.
 //
 // A pipeline belongs to one worker: its state is touched only by the
 // worker's goroutine; publishes and settlement writes run beside it and
@@ -51,9 +53,11 @@ const minSplitBatch = 16
 // from, and where their settlements go back to.
 type source interface {
 	// writeSettlements writes one batch of settlements (called by the
-	// pipeline's settler goroutine, not the worker's) and returns the
-	// leases the store found fenced.
-	writeSettlements(ctx context.Context, batch []Settlement, gather time.Duration) (fenced []Lease, err error)
+	// pipeline's settler goroutine, not the worker's), retrying as its
+	// store needs until killCtx ends, and returns the leases the store
+	// found fenced. What it could not write stays in the outbox and is
+	// published again.
+	writeSettlements(killCtx context.Context, batch []Settlement, gather time.Duration) (fenced []Lease)
 	// gone says that the delivery or dead-lettering of id was written.
 	gone(id string)
 	// dropped says that recs, records of key k in partition p, left memory
@@ -67,7 +71,13 @@ type source interface {
 type pipeline struct {
 	r      *Relay
 	src    source
-	events chan<- workerEvent // publish and settle results, to the worker
+	events chan workerEvent // publish and settle results, to the worker
+
+	// claims: fed one claim at a time by the SKIP LOCKED claim (ordering
+	// none): see publishAll.
+	claims      bool
+	maxInFlight int // Publish calls in flight at most: InFlight, 1 for claims
+	perKey      int // records of a key in one Publish call (caps.keyPipeline; 1 for claims)
 
 	lanes map[int]*lane
 	order []int // partitions in round-robin order
@@ -123,15 +133,24 @@ type settleJob struct {
 	gather time.Duration
 }
 
-func newPipeline(r *Relay, src source, events chan<- workerEvent) *pipeline {
+func newPipeline(r *Relay, src source, events chan workerEvent) *pipeline {
 	return &pipeline{
-		r:          r,
-		src:        src,
-		events:     events,
-		lanes:      map[int]*lane{},
-		settle:     map[int]*Settlement{},
-		settleJobs: make(chan settleJob),
+		r:           r,
+		src:         src,
+		events:      events,
+		maxInFlight: r.cfg.InFlight,
+		perKey:      max(1, r.caps.keyPipeline),
+		lanes:       map[int]*lane{},
+		settle:      map[int]*Settlement{},
+		settleJobs:  make(chan settleJob),
 	}
+}
+
+// newClaimsPipeline returns a pipeline in claims mode (see publishAll).
+func newClaimsPipeline(r *Relay, src source) *pipeline {
+	p := newPipeline(r, src, make(chan workerEvent, 2))
+	p.claims, p.maxInFlight, p.perKey = true, 1, 1
+	return p
 }
 
 func newLane(l Lease) *lane {
@@ -178,11 +197,25 @@ func (p *pipeline) reorder() {
 }
 
 // feed queues rec, read by the capture side, behind the records of its key.
+// A pipeline in claims mode opens the lane of a partition when its first
+// record comes: claims hold no lease (their row locks fence them).
 func (p *pipeline) feed(rec *Record, now time.Time) {
-	if ln := p.lanes[rec.Partition]; ln != nil {
+	ln := p.lanes[rec.Partition]
+	if ln == nil && p.claims {
+		ln = newLane(Lease{Partition: rec.Partition})
+		ln.validUntil = time.Now().Add(claimLaneValidity)
+		ln.q.unordered = true
+		p.lanes[rec.Partition] = ln
+		p.reorder()
+	}
+	if ln != nil {
 		ln.q.push(rec, now)
 	}
 }
+
+// claimLaneValidity stands for a lease that never runs out: a claim's
+// records are locked until its transaction ends.
+const claimLaneValidity = 100 * 365 * 24 * time.Hour
 
 // known reports whether the pipeline holds rec: queued, in flight or being
 // settled.
@@ -255,7 +288,7 @@ func (p *pipeline) busy() bool {
 // canStart reports whether a publish may start: a slot is free and the
 // unwritten settlements are below their bound.
 func (p *pipeline) canStart() bool {
-	return p.inflight < p.r.cfg.InFlight && !p.settleBound()
+	return p.inflight < p.maxInFlight && !p.settleBound()
 }
 
 // nextWake is how long the pipeline may wait before it has something to
@@ -295,6 +328,16 @@ func (p *pipeline) startSettle() {
 	if timed && time.Now().Before(p.settleAt()) {
 		return
 	}
+	job := settleJob{batch: p.takeSettlements()}
+	if timed {
+		job.gather = gatherAligned // every worker's settles are due now
+	}
+	p.settleJobs <- job
+}
+
+// takeSettlements hands the queued settlements to the settler (which the
+// caller then gives them to).
+func (p *pipeline) takeSettlements() []Settlement {
 	batch := make([]Settlement, 0, len(p.settle))
 	for _, s := range p.settle {
 		if !s.Empty() {
@@ -306,11 +349,7 @@ func (p *pipeline) startSettle() {
 	p.settleN = 0
 	p.settleSince = time.Time{}
 	p.settlerBusy = true
-	job := settleJob{batch: batch}
-	if timed {
-		job.gather = gatherAligned // every worker's settles are due now
-	}
-	p.settleJobs <- job
+	return batch
 }
 
 // settleAt is when the queued settlements are due to be written: the
@@ -329,41 +368,60 @@ func (p *pipeline) settleBound() bool {
 	return p.settleN+p.settlerN >= 2*p.r.cfg.BatchSize*p.r.cfg.InFlight
 }
 
-// settler writes settlement batches until its channel closes, retrying a
-// failed write with backoff until it succeeds or killCtx ends (the
-// messages then stay in the outbox and are published again later).
+// settler hands settlement batches to the capture side to write, one at a
+// time, until its channel closes.
 func (p *pipeline) settler(killCtx context.Context) {
-	r := p.r
 	for job := range p.settleJobs {
-		batch := job.batch
-		var fenced []Lease
-		retry := r.newRetrier()
-		for {
-			ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
-			start := time.Now()
-			f, err := p.src.writeSettlements(ctx, batch, job.gather)
-			cancel()
-			if err == nil {
-				fenced = f
-				n := 0
-				for _, s := range batch {
-					n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
-				}
-				r.emit(Event{Kind: EventSettled, Count: n, Duration: time.Since(start)})
-				break
-			}
-			if killCtx.Err() != nil {
-				break
-			}
-			r.emit(Event{Kind: EventStoreError, Err: err})
-			d := retry.failed()
-			r.log.Warn("settle failed; retrying", "err", err, "attempt", retry.failures, "retry_in", d)
-			if !sleepCtx(killCtx, d) {
-				break
+		fenced := p.src.writeSettlements(killCtx, job.batch, job.gather)
+		p.events <- settleResult{batch: job.batch, fenced: fenced}
+	}
+}
+
+// publishAll is the pipeline's loop in claims mode: it publishes every
+// record fed (one claim), one Publish call at a time, waiting for each
+// result, then hands the claim's settlements back to the capture side to
+// write (even none: the claim's transaction ends either way) and waits
+// for that. A record of a claim is published once: whatever its outcome,
+// it leaves the pipeline, and the store gives it out again when it is due.
+// It returns false if killCtx ended first: the claim is abandoned.
+func (p *pipeline) publishAll(killCtx context.Context) bool {
+	for {
+		if killCtx.Err() != nil {
+			p.abandon()
+			return false
+		}
+		if batches := p.build(p.r.cfg.Now()); len(batches) > 0 {
+			deadline := time.Now().Add(p.r.cfg.PublishTimeout)
+			for _, b := range batches {
+				p.launch(killCtx, b, deadline)
 			}
 		}
-		p.events <- settleResult{batch: batch, fenced: fenced}
+		if p.inflight == 0 {
+			break
+		}
+		p.await()
 	}
+	p.settleJobs <- settleJob{batch: p.takeSettlements()}
+	p.await()
+	return true
+}
+
+// await applies the next publish or settle result (claims mode).
+func (p *pipeline) await() {
+	switch ev := (<-p.events).(type) {
+	case publishResult:
+		p.handle(ev)
+	case settleResult:
+		p.settled(ev)
+	}
+}
+
+// abandon forgets every record (claims mode, killed): a publish still in
+// flight ends in the events buffer, unread.
+func (p *pipeline) abandon() {
+	clear(p.lanes)
+	clear(p.settle)
+	p.order, p.inflight, p.settleN = p.order[:0], 0, 0
 }
 
 // unsettle counts n settlements of id as written (or dropped).
@@ -389,11 +447,11 @@ func (ln *lane) drained() bool {
 // and go out again at once instead of waiting for one large batch.
 func (p *pipeline) build(now time.Time) [][]*Record {
 	cfg := p.r.cfg
-	free := cfg.InFlight - p.inflight
+	free := p.maxInFlight - p.inflight
 	if free <= 0 {
 		return nil
 	}
-	perKey := p.r.caps.keyPipeline
+	perKey := p.perKey
 	// With runs of a key taken together, leave room for splitting at key
 	// boundaries (see splitRuns); with one record per key, BatchSize each.
 	limit := (cfg.BatchSize - perKey + 1) * free
@@ -412,7 +470,7 @@ func (p *pipeline) build(now time.Time) [][]*Record {
 		}
 		for _, rec := range ln.q.spilled {
 			// A key held for its blocked destination keeps only its head.
-			p.src.dropped(part, queueKey(rec), []*Record{rec})
+			p.src.dropped(part, ln.q.keyOf(rec), []*Record{rec})
 		}
 		clear(ln.q.spilled)
 		ln.q.spilled = ln.q.spilled[:0]
@@ -483,8 +541,13 @@ func (p *pipeline) handle(res publishResult) {
 		if _, blocked := IsBlocked(res.errs[i]); blocked {
 			// The destination, not the message: no attempt spent, nothing
 			// to settle. The record waits at the head of its key (alone in
-			// memory) for its destination to work again.
-			p.src.dropped(rec.Partition, queueKey(rec), ln.q.fail(rec, now))
+			// memory) for its destination to work again; a claim's record
+			// waits in the store.
+			if p.claims {
+				ln.q.done(rec, now)
+			} else {
+				p.src.dropped(rec.Partition, ln.q.keyOf(rec), ln.q.fail(rec, now))
+			}
 			outcomes[i] = -1
 			continue
 		}
@@ -509,19 +572,20 @@ func (p *pipeline) handle(res publishResult) {
 		}
 		p.settleN++
 		ln.settling[rec.ID]++
-		switch outcomes[i] {
-		case outcomeRetry:
+		switch {
+		case p.claims:
+			// Published once per claim: its settlement says what comes next.
+			ln.q.done(rec, now)
+		case outcomes[i] == outcomeRetry:
 			// Retry later, holding back its key (and only its key: what is
 			// queued behind it leaves memory until it recovers).
-			p.src.dropped(rec.Partition, queueKey(rec), ln.q.fail(rec, now))
-		case outcomeDead:
+			p.src.dropped(rec.Partition, ln.q.keyOf(rec), ln.q.fail(rec, now))
+		case outcomes[i] == outcomeDead:
 			// The key stays held until the dead-lettering is written.
 			ln.deadHeld[rec.ID] = rec
-		default:
-			if last[i] {
-				ln.q.done(rec, now) // the broker has it: the key goes on
-				p.src.recovered(rec.Partition, queueKey(rec))
-			}
+		case last[i]:
+			ln.q.done(rec, now) // the broker has it: the key goes on
+			p.src.recovered(rec.Partition, ln.q.keyOf(rec))
 		}
 	}
 	if kept < len(res.recs) {
@@ -551,6 +615,14 @@ func (p *pipeline) handle(res publishResult) {
 // does the key go on (done), once.
 func (p *pipeline) orphans(res publishResult, outcomes []int) (last []bool) {
 	last = make([]bool, len(res.recs))
+	if p.perKey == 1 {
+		// One record per key in a call: no runs (a claim's records of one
+		// key are not a run: they have no order to keep).
+		for i := range last {
+			last[i] = true
+		}
+		return last
+	}
 	for i := 0; i < len(res.recs); {
 		j := i + 1
 		for j < len(res.recs) && sameRun(res.recs[j-1], res.recs[j]) {
@@ -610,7 +682,7 @@ func (p *pipeline) settled(res settleResult) {
 			if rec := ln.deadHeld[f.ID]; rec != nil {
 				delete(ln.deadHeld, f.ID)
 				ln.q.done(rec, now) // written: the key goes on
-				p.src.recovered(s.Partition, queueKey(rec))
+				p.src.recovered(s.Partition, ln.q.keyOf(rec))
 			}
 		}
 	}

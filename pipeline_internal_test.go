@@ -21,11 +21,11 @@ type seamSource struct {
 	recov   []string            // keys that recovered
 }
 
-func (s *seamSource) writeSettlements(_ context.Context, batch []Settlement, _ time.Duration) ([]Lease, error) {
+func (s *seamSource) writeSettlements(_ context.Context, batch []Settlement, _ time.Duration) []Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.written = append(s.written, batch...)
-	return nil, nil
+	return nil
 }
 
 func (s *seamSource) gone(id string) { s.goneIDs = append(s.goneIDs, id) }

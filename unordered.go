@@ -7,13 +7,59 @@ import (
 
 // The SKIP LOCKED claim: the capture side of ordering none. A claim holds
 // its rows locked in an open transaction until it is settled, and its
-// records have no key order to keep, so it does not go through the
-// pipeline's per-key FIFOs and settlement batching (pipeline.go): those
-// would hold the locks across other claims' publishes or keep a record
-// for its retry inside a claim. It uses the pipeline's publish and
-// outcome steps (publish, observe, outcome, report in outcome.go) and
-// settles each claim in its own transaction; a failed settle rolls the
-// claim back, to be claimed and published again.
+// records have no key order to keep. Each claim is fed to a pipeline in
+// claims mode (pipeline.go, publishAll): every record is published once,
+// in one Publish call, its outcome decided as in key mode (retry with
+// backoff, dead letter, blocked destination), and the claim's settlements
+// come back to the claim to be written in its transaction. A failed
+// settle rolls the claim back, to be claimed and published again.
+
+// claimSource is the claim as the pipeline's capture side.
+type claimSource struct {
+	r       *Relay
+	claim   Claim
+	claimed int  // records in the claim
+	settled int  // of those, records the written settlement carried
+	failed  bool // the settle failed: the claim was rolled back
+}
+
+// begin makes claim the one the pipeline's settlements go to.
+func (c *claimSource) begin(claim Claim, n int) {
+	c.claim, c.claimed, c.settled, c.failed = claim, n, 0, false
+}
+
+// writeSettlements writes the claim's settlements in its transaction and
+// commits it, once: on failure it rolls back, and the claimed records
+// are claimed again later.
+func (c *claimSource) writeSettlements(killCtx context.Context, batch []Settlement, _ time.Duration) []Lease {
+	r := c.r
+	var s Settlement
+	for _, b := range batch {
+		s.Delivered = append(s.Delivered, b.Delivered...)
+		s.Retry = append(s.Retry, b.Retry...)
+		s.Dead = append(s.Dead, b.Dead...)
+	}
+	ctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
+	start := time.Now()
+	err := c.claim.Settle(ctx, s)
+	cancel()
+	if err != nil {
+		_ = c.claim.Release(killCtx)
+		c.failed = true
+		r.emit(Event{Kind: EventStoreError, Err: err})
+		r.log.Warn("settle failed; the batch will be published again", "err", err)
+		return nil
+	}
+	c.settled = len(s.Delivered) + len(s.Retry) + len(s.Dead)
+	r.emit(Event{Kind: EventSettled, Count: c.claimed, Duration: time.Since(start)})
+	return nil
+}
+
+// A claim's records are settled in its transaction, and none stays in
+// memory after it: nothing to remember, nothing to read again.
+func (c *claimSource) gone(string)                    {}
+func (c *claimSource) dropped(int, string, []*Record) {}
+func (c *claimSource) recovered(int, string)          {}
 
 // runUnordered is worker i of OrderingNone: claim with row locks,
 // publish, settle and commit, again and again. When a claim finds nothing,
@@ -24,6 +70,17 @@ import (
 func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	us := r.caps.unordered
 	wake := r.wakes[i]
+	src := &claimSource{r: r}
+	pipe := newClaimsPipeline(r, src)
+	settlerDone := make(chan struct{})
+	go func() {
+		defer close(settlerDone)
+		pipe.settler(killCtx)
+	}()
+	defer func() {
+		close(pipe.settleJobs)
+		<-settlerDone
+	}()
 	retry, blockedRounds := r.newRetrier(), 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
@@ -49,45 +106,23 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 			// More may be waiting: let the next worker claim meanwhile.
 			r.wake((i + 1) % len(r.wakes))
 		}
-		msgs := make([]*Message, len(recs))
-		ptrs := make([]*Record, len(recs))
-		for i := range recs {
-			msgs[i] = &recs[i].Message
-			ptrs[i] = &recs[i]
-		}
-		pctx, cancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
-		start := time.Now()
-		errs := r.publish(pctx, ptrs, msgs)
-		cancel()
-		took := time.Since(start)
+		src.begin(claim, len(recs))
 		now := r.cfg.Now()
-		var s Settlement
-		outcomes := make([]int, len(ptrs))
-		nBlocked := 0
-		for i, rec := range ptrs {
-			r.observe(rec, errs[i], now)
-			if outcomes[i] = r.outcome(rec, errs[i], now, &s); outcomes[i] == outcomeBlocked {
-				nBlocked++ // left as it is: claimed again after a pause
-			}
+		for j := range recs {
+			pipe.feed(&recs[j], now)
 		}
-		sctx, scancel := context.WithTimeout(killCtx, r.cfg.PublishTimeout)
-		start = time.Now()
-		err = claim.Settle(sctx, s)
-		scancel()
-		if err != nil {
-			_ = claim.Release(killCtx)
-			r.emit(Event{Kind: EventStoreError, Err: err})
-			r.log.Warn("settle failed; the batch will be published again", "err", err)
-			continue
+		if !pipe.publishAll(killCtx) {
+			_ = claim.Release(killCtx) // killed: abandoned
+			return
 		}
-		r.emit(Event{Kind: EventSettled, Count: len(recs), Duration: time.Since(start)})
-		r.report(ptrs, outcomes, errs, took, now)
-		if nBlocked == len(recs) {
+		switch {
+		case src.failed: // rolled back: claimed again
+		case src.settled == 0:
 			// Every message's destination is blocked: pause like a probe
 			// instead of claiming the same rows again at once.
 			blockedRounds++
 			sleepCtx(ctx, Backoff(blockedRounds, blockedProbeMin, blockedProbeMax))
-		} else {
+		default:
 			blockedRounds = 0
 		}
 	}

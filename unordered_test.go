@@ -1,0 +1,185 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/memstore"
+)
+
+// Ordering none goes through the pipeline in claims mode; these tests try
+// the paths where a claim could lose or stall a message.
+
+func unorderedConfig() outbox.Config {
+	cfg := fastConfig()
+	cfg.Ordering = outbox.OrderingNone
+	return cfg
+}
+
+// A claim whose settle fails is rolled back: its records are claimed and
+// published again, none is lost.
+func TestOrderingNoneSettleFailureRepublishes(t *testing.T) {
+	st := memstore.New(4, nil)
+	written := writeKeys(t, st, 300, 10)
+	st.FailNext("ClaimSettle", errors.New("connection reset"))
+	b := &broker{}
+	startRelay(t, st, b, unorderedConfig())
+	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	seen := map[string]int{}
+	got := b.delivered()
+	for _, m := range got {
+		seen[m.ID]++
+	}
+	for _, ids := range written {
+		for _, id := range ids {
+			if seen[id] == 0 {
+				t.Fatalf("%s lost", id)
+			}
+		}
+	}
+	if len(got) == len(seen) {
+		t.Fatalf("no message was published twice: the failed settle was not exercised (ClaimSettle calls: %d)", st.Calls("ClaimSettle"))
+	}
+}
+
+// blockingPub refuses topic "down" as a whole (a blocked destination) until
+// opened, fails the IDs in perm permanently, and delivers the rest.
+type blockingPub struct {
+	mu        sync.Mutex
+	open      bool
+	perm      map[string]bool
+	got       map[string]int
+	downCalls int
+}
+
+func (p *blockingPub) Publish(_ context.Context, msgs []*outbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	errs := make([]error, len(msgs))
+	down := false
+	for i, m := range msgs {
+		switch {
+		case m.Topic == "down" && !p.open:
+			errs[i] = outbox.Blocked("down", errors.New("no stream for subject down"))
+			down = true
+		case p.perm[m.ID]:
+			errs[i] = outbox.Permanent(errors.New("message too large"))
+		default:
+			p.got[m.ID]++
+		}
+	}
+	if down {
+		p.downCalls++
+	}
+	return errs
+}
+func (p *blockingPub) Close() error { return nil }
+
+func (p *blockingPub) state() (downCalls int, got map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := make(map[string]int, len(p.got))
+	for k, v := range p.got {
+		c[k] = v
+	}
+	return p.downCalls, c
+}
+
+// In ordering none a blocked destination spends no attempts (its messages
+// wait in the store, however many claims find them) and a permanent
+// failure is dead-lettered after one attempt, while the other messages
+// flow; when the destination works again, its messages are delivered.
+func TestOrderingNoneBlockedAndPermanent(t *testing.T) {
+	st := memstore.New(4, nil)
+	pub := &blockingPub{perm: map[string]bool{}, got: map[string]int{}}
+	var ok, down []string
+	var msgs []outbox.Message
+	for i := range 150 {
+		m := outbox.Message{ID: outbox.NewID(), Topic: "orders", Key: fmt.Sprint("k", i%7), Payload: []byte("x")}
+		switch {
+		case i%10 == 0:
+			pub.perm[m.ID] = true
+		case i%3 == 0:
+			m.Topic = "down"
+			down = append(down, m.ID)
+		default:
+			ok = append(ok, m.ID)
+		}
+		msgs = append(msgs, m)
+	}
+	if err := st.Write(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	cfg := unorderedConfig()
+	cfg.MaxAttempts = 2
+	r := startRelay(t, st, pub, cfg)
+	// More claims found the blocked messages than MaxAttempts allows
+	// attempts: had they spent attempts, they would be dead now.
+	waitFor(t, "the other messages delivered and the blocked ones claimed 4 times", 20*time.Second, func() bool {
+		calls, got := pub.state()
+		return calls >= 4 && len(got) == len(ok) && len(st.Dead()) == len(pub.perm)
+	})
+	if len(r.Blocked()) != 1 || r.Blocked()[0].Destination != "down" {
+		t.Errorf("Blocked() = %+v, want the destination down", r.Blocked())
+	}
+	for _, dl := range st.Dead() {
+		if !pub.perm[dl.ID] || dl.Attempts != 1 {
+			t.Errorf("dead letter %s (attempts %d): want only the permanent failures, after one attempt", dl.ID, dl.Attempts)
+		}
+	}
+	for _, id := range down {
+		rec, found := st.Record(id)
+		if !found || rec.Attempts != 0 {
+			t.Fatalf("blocked message %s: in the outbox %v, attempts %d; want it waiting with no attempt spent", id, found, rec.Attempts)
+		}
+	}
+	pub.mu.Lock()
+	pub.open = true
+	pub.mu.Unlock()
+	waitFor(t, "the blocked messages delivered", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	_, got := pub.state()
+	for _, id := range append(ok, down...) {
+		if got[id] == 0 {
+			t.Fatalf("%s lost", id)
+		}
+	}
+}
+
+// A relay of ordering none killed while a claim's publish hangs (Stop
+// after ShutdownTimeout) abandons the claim: its rows are released, not
+// settled, and the next relay publishes every message.
+func TestOrderingNoneKilledMidPublish(t *testing.T) {
+	st := memstore.New(4, nil)
+	written := writeKeys(t, st, 100, 10)
+	b := &broker{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	cfg := unorderedConfig()
+	cfg.ShutdownTimeout = 50 * time.Millisecond
+	r := startRelay(t, st, b, cfg)
+	<-b.entered
+	if err := r.Stop(); !errors.Is(err, outbox.ErrShutdownTimeout) {
+		t.Fatalf("Stop = %v, want ErrShutdownTimeout", err)
+	}
+	close(b.gate)
+	if n := st.Outstanding(); n != 100 {
+		t.Fatalf("%d messages left in the outbox after the kill, want all 100 (none was acknowledged)", n)
+	}
+	b2 := &broker{}
+	startRelay(t, st, b2, unorderedConfig())
+	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
+	seen := map[string]bool{}
+	for _, m := range b2.delivered() {
+		seen[m.ID] = true
+	}
+	for _, ids := range written {
+		for _, id := range ids {
+			if !seen[id] {
+				t.Fatalf("%s lost", id)
+			}
+		}
+	}
+}
