@@ -368,6 +368,19 @@ func (p *pipeline) settleBound() bool {
 	return p.settleN+p.settlerN >= 2*p.r.cfg.BatchSize*p.r.cfg.InFlight
 }
 
+// startSettler starts the settler goroutine; stop ends it and waits.
+func (p *pipeline) startSettler(killCtx context.Context) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.settler(killCtx)
+	}()
+	return func() {
+		close(p.settleJobs)
+		<-done
+	}
+}
+
 // settler hands settlement batches to the capture side to write, one at a
 // time, until its channel closes.
 func (p *pipeline) settler(killCtx context.Context) {

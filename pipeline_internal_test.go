@@ -77,15 +77,7 @@ func TestPipelineSeam(t *testing.T) {
 	events := make(chan workerEvent, cfg.InFlight+3)
 	p := newPipeline(r, src, events)
 	ctx := context.Background()
-	settlerDone := make(chan struct{})
-	go func() {
-		defer close(settlerDone)
-		p.settler(ctx)
-	}()
-	defer func() {
-		close(p.settleJobs)
-		<-settlerDone
-	}()
+	defer p.startSettler(ctx)()
 	apply := func() {
 		switch ev := (<-events).(type) {
 		case publishResult:

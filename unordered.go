@@ -72,15 +72,7 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	wake := r.wakes[i]
 	src := &claimSource{r: r}
 	pipe := newClaimsPipeline(r, src)
-	settlerDone := make(chan struct{})
-	go func() {
-		defer close(settlerDone)
-		pipe.settler(killCtx)
-	}()
-	defer func() {
-		close(pipe.settleJobs)
-		<-settlerDone
-	}()
+	defer pipe.startSettler(killCtx)()
 	retry, blockedRounds := r.newRetrier(), 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)

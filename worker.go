@@ -57,15 +57,7 @@ func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 // run loops until ctx ends, then finishes the publishes in flight and
 // settles them (unless killCtx ends first).
 func (w *worker) run(ctx, killCtx context.Context) {
-	settlerDone := make(chan struct{})
-	go func() {
-		defer close(settlerDone)
-		w.pipe.settler(killCtx)
-	}()
-	defer func() {
-		close(w.pipe.settleJobs)
-		<-settlerDone
-	}()
+	defer w.pipe.startSettler(killCtx)()
 	done := ctx.Done()
 	for {
 		w.absorb(ctx)
