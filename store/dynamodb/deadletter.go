@@ -22,8 +22,6 @@ import (
 // attributes, so it has left the outstanding indexes (the relay no longer
 // sees it) and is listed by the sparse DeadLettered index.
 
-var _ outbox.DeadLetterStore = (*Store)(nil)
-
 // deadEntries returns the dead letters matching f (Limit ignored), oldest
 // failure first: by a consistent BatchGetItem when f.IDs is set, else by a
 // parallel Scan of the whole DeadLettered index (sparse, keys and

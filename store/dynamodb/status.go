@@ -16,8 +16,6 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-var _ outbox.StatusReader = (*Store)(nil)
-
 // Status is the store's status: the portable snapshot plus the requests
 // this Store has made so far, per DynamoDB operation.
 type Status struct {

@@ -27,8 +27,6 @@ var (
 	_ outbox.Store             = (*WALStore)(nil)
 	_ outbox.CommitOrdered     = (*WALStore)(nil)
 	_ outbox.PartitionNotifier = (*WALStore)(nil)
-	_ outbox.StatusReader      = (*WALStore)(nil)
-	_ outbox.DeadLetterStore   = (*WALStore)(nil)
 	_ outbox.SlotReader        = (*WALStore)(nil)
 	_ outbox.AdminStore        = (*WALStore)(nil)
 )
@@ -49,9 +47,9 @@ var errSlotBusy = errors.New("the replication slot is active in another relay: s
 // commit order, into memory, where the relay's workers fetch and settle
 // them. It implements outbox.Store, outbox.CommitOrdered (Seq is commit
 // order, so the relay never sweeps), outbox.PartitionNotifier (each
-// captured message wakes its partition's worker), outbox.StatusReader,
-// outbox.SlotReader and outbox.DeadLetterStore (the dead-letter table of
-// the table mode, so `outbox dlq` works unchanged).
+// captured message wakes its partition's worker), outbox.SlotReader and
+// outbox.AdminStore (status, and the dead-letter table of the table mode,
+// so `outbox dlq` works unchanged).
 //
 // # One holder, standbys
 //
