@@ -677,21 +677,15 @@ func (s *WALStore) Sync(ctx context.Context) error {
 	if err := s.tab.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
 		return wrapErr("sync", s.opts, err)
 	}
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.recvCond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.recv < lsn {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("postgres: sync: received up to %s, waiting for %s: %w", s.recv, lsn, err)
+	return s.waitRecv(ctx, func() (bool, error) {
+		if s.recv >= lsn {
+			return true, nil
 		}
-		s.recvCond.Wait()
-	}
-	return nil
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("postgres: sync: received up to %s, waiting for %s: %w", s.recv, lsn, err)
+		}
+		return false, nil
+	})
 }
 
 // Requeue moves the dead letters matching f back into the outbox: in one
