@@ -162,9 +162,7 @@ func (s *WALStore) deactivateLocked(err error) {
 		if s.buf != nil {
 			s.buf.reset(s.buf.confirmed)
 		}
-		for i := range s.leases {
-			s.leases[i].owner, s.leases[i].expires = "", time.Time{}
-		}
+		s.leases.Clear()
 	}
 	s.standby = errors.Is(err, errSlotBusy)
 	if err != nil && !s.standby && isFatal(err) {
