@@ -322,11 +322,6 @@ type RequestStats struct {
 	ConsumedCapacity float64 `json:"consumed_capacity"`
 }
 
-// StatusReader is implemented by stores that can describe their backlog.
-type StatusReader interface {
-	Status(ctx context.Context) (*Status, error)
-}
-
 // DeadLetter is a message that failed for good.
 type DeadLetter struct {
 	Message
@@ -345,9 +340,8 @@ type DeadLetterFilter struct {
 	// Requeue and Purge, which act on every match.
 	Limit int
 
-	// The fields below are honoured by stores that implement [AdminStore];
-	// a DeadLetterStore that does not may ignore them, so set them only
-	// for such a store.
+	// The fields below narrow a listing further; every [AdminStore]
+	// honours them.
 
 	// Key selects dead letters of this message key.
 	Key string
@@ -369,24 +363,25 @@ type DeadLetterPosition struct {
 	ID       string
 }
 
-// DeadLetterStore is implemented by stores with a dead-letter table.
-type DeadLetterStore interface {
+// AdminStore is the one operator interface of a store: its status and its
+// dead letters. `outbox status`, `outbox dlq` and the console use it; every
+// store of this module implements it. Every query is bounded.
+type AdminStore interface {
+	// Status describes the backlog: outstanding messages per topic and
+	// partition, the relays' leases, the dead letters.
+	Status(ctx context.Context) (*Status, error)
+	// DeadLetters lists the dead letters that match f, in listing order
+	// (FailedAt, then ID), at most f.Limit of them (0: a default of 100).
 	DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error)
 	// Requeue moves matching dead letters back into the outbox with their
 	// attempts reset, after every message of their key already there, and
 	// returns how many it moved.
 	Requeue(ctx context.Context, f DeadLetterFilter) (int64, error)
-	// PurgeDeadLetters deletes matching dead letters for good.
+	// PurgeDeadLetters deletes matching dead letters for good and returns
+	// how many it deleted.
 	PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
-}
-
-// AdminStore is implemented by stores an operator can search: the console
-// uses it to page and filter dead letters, to say how many messages an
-// action will touch, and to find one message. Every query is bounded.
-type AdminStore interface {
-	DeadLetterStore
 	// CountDeadLetters returns how many dead letters match f (Limit and
-	// After ignored).
+	// After ignored): how many an action will touch.
 	CountDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error)
 	// FindMessages looks messages up by ID or by key among the outstanding
 	// messages, the dead letters and the published messages a store keeps

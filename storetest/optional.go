@@ -128,7 +128,7 @@ func testUnordered(s *suite) {
 		}
 	}
 	release(c5)
-	if dls, ok := s.s.(outbox.DeadLetterStore); ok {
+	if dls, ok := s.s.(outbox.AdminStore); ok {
 		dl, err := dls.DeadLetters(s.ctx, outbox.DeadLetterFilter{})
 		if err != nil {
 			s.Fatalf("DeadLetters: %v", err)
@@ -140,9 +140,9 @@ func testUnordered(s *suite) {
 }
 
 func testStatus(s *suite) {
-	sr, ok := s.s.(outbox.StatusReader)
+	sr, ok := s.s.(outbox.AdminStore)
 	if !ok {
-		s.Skip("the store does not implement outbox.StatusReader")
+		s.Skip("the store does not implement outbox.AdminStore")
 	}
 	key := "status-key"
 	p := outbox.PartitionOf(key, s.p)
@@ -236,9 +236,9 @@ func testStatus(s *suite) {
 }
 
 func testDeadLetters(s *suite) {
-	dls, ok := s.s.(outbox.DeadLetterStore)
+	dls, ok := s.s.(outbox.AdminStore)
 	if !ok {
-		s.Skip("the store does not implement outbox.DeadLetterStore")
+		s.Skip("the store does not implement outbox.AdminStore")
 	}
 	key := "dead-key"
 	p := outbox.PartitionOf(key, s.p)
@@ -432,9 +432,9 @@ func sortedCopy(ss []string) []string {
 // CreatedAt, which is the writer's clock and may go backwards between
 // writers.
 func testRequeueSeqOrder(s *suite) {
-	dls, ok := s.s.(outbox.DeadLetterStore)
+	dls, ok := s.s.(outbox.AdminStore)
 	if !ok {
-		s.Skip("the store does not implement outbox.DeadLetterStore")
+		s.Skip("the store does not implement outbox.AdminStore")
 	}
 	key := "requeue-order-key"
 	p := outbox.PartitionOf(key, s.p)

@@ -53,7 +53,7 @@ func testSettle(s *suite) {
 		s.Errorf("untouched record changed: %+v", r3)
 	}
 
-	if dls, ok := s.s.(outbox.DeadLetterStore); ok {
+	if dls, ok := s.s.(outbox.AdminStore); ok {
 		dl, err := dls.DeadLetters(s.ctx, outbox.DeadLetterFilter{})
 		if err != nil {
 			s.Fatalf("DeadLetters: %v", err)
@@ -146,7 +146,7 @@ func testSettleFenced(s *suite) {
 	if got := s.fetch(q); !slices.Equal(ids(got), ids(recsQ[1:])) {
 		s.Errorf("valid settlement of partition %d: records %v, want %v", q, ids(got), ids(recsQ[1:]))
 	}
-	if dls, ok := s.s.(outbox.DeadLetterStore); ok {
+	if dls, ok := s.s.(outbox.AdminStore); ok {
 		if dl, err := dls.DeadLetters(s.ctx, outbox.DeadLetterFilter{}); err != nil || len(dl) != 0 {
 			s.Errorf("fenced dead letter applied: DeadLetters = %d entries, %v; want none", len(dl), err)
 		}

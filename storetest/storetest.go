@@ -22,11 +22,11 @@
 // delivers, retries and dead-letters, and is fenced by lease and epoch;
 // Unsettled; Heartbeat counts live nodes. The optional abilities are checked
 // when the store implements them: outbox.UnorderedStore (concurrent claims
-// never overlap; released records come back), outbox.StatusReader (counts),
-// outbox.BacklogReader (exact figures under the limit, a sample that says
-// so above it), outbox.DeadLetterStore (list, filters, requeue, purge),
-// outbox.AdminStore (filters by key, error text and time, paging, counts,
-// finding messages by ID and key), outbox.Notifier (a
+// never overlap; released records come back), outbox.BacklogReader (exact
+// figures under the limit, a sample that says so above it),
+// outbox.AdminStore (status counts; dead letters listed, filtered by
+// topic, ID, key, error text and time, paged, counted, requeued and purged;
+// messages found by ID and key), outbox.Notifier (a
 // write signals), outbox.MarkedFetcher (without a mark it is Fetch; a mark
 // does not bring back what its fetch saw; late commits below a cursor need
 // interleaved transactions, which a Harness cannot express: test them in

@@ -15,14 +15,14 @@ import (
 // non-Go producer or a hand edit could) is dead-lettered alone, with an
 // error that says what was wrong, while the other messages of its
 // partition, and the later messages of its own key, are published.
-// The store must implement [outbox.DeadLetterStore].
+// The store must implement [outbox.AdminStore].
 func Undecodable(t *testing.T, h Harness, corrupt func(ctx context.Context, id string) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	dls, ok := h.Store.(outbox.DeadLetterStore)
+	dls, ok := h.Store.(outbox.AdminStore)
 	if !ok {
-		t.Fatalf("%T does not implement outbox.DeadLetterStore", h.Store)
+		t.Fatalf("%T does not implement outbox.AdminStore", h.Store)
 	}
 	bad := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "k", Headers: map[string]string{"h": "v"}}
 	msgs := []outbox.Message{bad}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 )
 
 // Defaults and limits of [Options].
@@ -145,6 +147,22 @@ func (o Options) WithDefaults() Options {
 
 // validate checks o after WithDefaults, naming the field in its errors.
 func (o Options) validate() error {
+	if err := o.validateBrokers(); err != nil {
+		return err
+	}
+	c := optcheck.Check("kafka")
+	c.AtLeast("DeliveryTimeout", o.DeliveryTimeout, DeliveryTimeoutMin)
+	c.AtLeast("PublishTimeout", o.PublishTimeout, PublishTimeoutMin)
+	c.Between("MaxBufferedRecords", o.MaxBufferedRecords, 1, MaxBufferedRecordsMax)
+	c.Between("MaxMessageBytes", o.MaxMessageBytes, MaxMessageBytesMin, MaxMessageBytesMax)
+	c.Failf(o.KeyPipeline < 1 || o.KeyPipeline > KeyPipelineMax, "KeyPipeline must be between 1 (one message per key per call) and %d, got %d", KeyPipelineMax, o.KeyPipeline)
+	c.Failf(o.Linger < 0, "Linger must not be negative, got %v", o.Linger)
+	c.AtLeast("DialTimeout", o.DialTimeout, time.Millisecond)
+	return c.Err()
+}
+
+// validateBrokers checks that Brokers lists host:port addresses.
+func (o Options) validateBrokers() error {
 	if len(o.Brokers) == 0 {
 		return fmt.Errorf("kafka: Brokers is empty: give at least one seed broker as host:port, such as 127.0.0.1:9092")
 	}
@@ -164,45 +182,16 @@ func (o Options) validate() error {
 			return fmt.Errorf("kafka: Brokers: %q is not host:port (%v); give addresses such as 127.0.0.1:9092", b, err)
 		}
 	}
-	if o.DeliveryTimeout < DeliveryTimeoutMin {
-		return fmt.Errorf("kafka: DeliveryTimeout must be at least %v, got %v", DeliveryTimeoutMin, o.DeliveryTimeout)
-	}
-	if o.PublishTimeout < PublishTimeoutMin {
-		return fmt.Errorf("kafka: PublishTimeout must be at least %v, got %v", PublishTimeoutMin, o.PublishTimeout)
-	}
-	if o.MaxBufferedRecords < 1 || o.MaxBufferedRecords > MaxBufferedRecordsMax {
-		return fmt.Errorf("kafka: MaxBufferedRecords must be between 1 and %d, got %d", MaxBufferedRecordsMax, o.MaxBufferedRecords)
-	}
-	if o.MaxMessageBytes < MaxMessageBytesMin || o.MaxMessageBytes > MaxMessageBytesMax {
-		return fmt.Errorf("kafka: MaxMessageBytes must be between %d and %d, got %d", MaxMessageBytesMin, MaxMessageBytesMax, o.MaxMessageBytes)
-	}
-	if o.KeyPipeline < 1 || o.KeyPipeline > KeyPipelineMax {
-		return fmt.Errorf("kafka: KeyPipeline must be between 1 (one message per key per call) and %d, got %d", KeyPipelineMax, o.KeyPipeline)
-	}
-	if o.Linger < 0 {
-		return fmt.Errorf("kafka: Linger must not be negative, got %v", o.Linger)
-	}
-	if o.DialTimeout < time.Millisecond {
-		return fmt.Errorf("kafka: DialTimeout must be at least 1ms, got %v", o.DialTimeout)
-	}
 	return nil
 }
 
 // validateTopic reports whether name is a valid Kafka topic name.
 func validateTopic(name string) error {
-	if name == "" || len(name) > MaxTopicLen {
-		return fmt.Errorf("must be 1 to %d bytes, got %d", MaxTopicLen, len(name))
+	if err := optcheck.Name(name, MaxTopicLen, "._-"); err != nil {
+		return err
 	}
 	if name == "." || name == ".." {
 		return fmt.Errorf("%q is not allowed", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return fmt.Errorf("%q has %q at byte %d: use only letters, digits, '.', '_' and '-'", name, c, i)
-		}
 	}
 	return nil
 }

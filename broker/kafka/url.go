@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 	"github.com/outboxrelay/outbox/internal/redact"
 )
 
@@ -67,55 +66,29 @@ func ParseURL(raw string) (Options, error) {
 	if err != nil {
 		return opts, fmt.Errorf("kafka: URL %q has a malformed query string: %v", raw, err)
 	}
-	for name, vals := range q {
-		if !slices.Contains(URLParams, name) {
-			return opts, fmt.Errorf("kafka: URL %q: unknown query parameter %q; accepted: %s", raw, name, strings.Join(URLParams, ", "))
-		}
-		if len(vals) != 1 {
-			return opts, fmt.Errorf("kafka: URL %q: query parameter %q is given %d times; give it once", raw, name, len(vals))
-		}
-		v := vals[0]
-		bad := func(want string) error {
-			return fmt.Errorf("kafka: URL %q: query parameter %s=%q must be %s", raw, name, v, want)
-		}
-		switch name {
+	err = optcheck.Query(q, fmt.Sprintf("kafka: URL %q", raw), URLParams, nil, func(p optcheck.Param) error {
+		var err error
+		switch p.Name {
 		case "auto_create":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return opts, bad("true or false")
-			}
-			opts.AllowAutoTopicCreation = b
-		case "delivery_timeout", "publish_timeout", "linger":
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return opts, bad("a duration such as 10s")
-			}
-			switch name {
-			case "delivery_timeout":
-				opts.DeliveryTimeout = d
-			case "publish_timeout":
-				opts.PublishTimeout = d
-			default:
-				opts.Linger = d
-			}
-		case "max_buffered_records", "max_message_bytes", "key_pipeline":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return opts, bad("a positive integer")
-			}
-			switch name {
-			case "max_buffered_records":
-				opts.MaxBufferedRecords = n
-			case "max_message_bytes":
-				opts.MaxMessageBytes = n
-			default:
-				opts.KeyPipeline = n
-			}
+			opts.AllowAutoTopicCreation, err = p.Bool()
+		case "delivery_timeout":
+			opts.DeliveryTimeout, err = p.Duration()
+		case "publish_timeout":
+			opts.PublishTimeout, err = p.Duration()
+		case "linger":
+			opts.Linger, err = p.Duration()
+		case "max_buffered_records":
+			opts.MaxBufferedRecords, err = p.PositiveInt()
+		case "max_message_bytes":
+			opts.MaxMessageBytes, err = p.PositiveInt()
+		case "key_pipeline":
+			opts.KeyPipeline, err = p.PositiveInt()
 		case "client_id":
-			opts.ClientID = v
+			opts.ClientID = p.Value
 		}
-	}
-	return opts, nil
+		return err
+	})
+	return opts, err
 }
 
 // Validate reports whether o, with its defaults, is usable: the error Dial

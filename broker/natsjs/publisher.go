@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 
+	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
 	"github.com/outboxrelay/outbox/internal/redact"
 )
@@ -75,18 +76,15 @@ func (o Options) WithDefaults() Options {
 
 // validate checks o after WithDefaults, naming the field in its errors.
 func (o Options) validate() error {
-	if o.MaxInFlight < 1 || o.MaxInFlight > MaxInFlightMax {
-		return fmt.Errorf("natsjs: MaxInFlight must be between 1 and %d, got %d", MaxInFlightMax, o.MaxInFlight)
-	}
-	if o.AckTimeout < AckTimeoutMin {
-		return fmt.Errorf("natsjs: AckTimeout must be at least %v, got %v", AckTimeoutMin, o.AckTimeout)
-	}
+	c := optcheck.Check("natsjs")
+	c.Between("MaxInFlight", o.MaxInFlight, 1, MaxInFlightMax)
+	c.AtLeast("AckTimeout", o.AckTimeout, AckTimeoutMin)
 	if p := o.SubjectPrefix; p != "" {
 		if err := outbox.ValidateTopic(strings.TrimSuffix(p, ".")); err != nil {
-			return fmt.Errorf("natsjs: SubjectPrefix must be tokens of letters, digits, '_' and '-' separated by dots, optionally ending with a dot (like \"outbox.\"), got %q: %w", p, err)
+			c.Failf(true, "SubjectPrefix must be tokens of letters, digits, '_' and '-' separated by dots, optionally ending with a dot (like \"outbox.\"), got %q: %w", p, err)
 		}
 	}
-	return nil
+	return c.Err()
 }
 
 // Publisher publishes outbox messages to NATS JetStream. It implements

@@ -3,10 +3,11 @@ package rabbitmq
 import (
 	"cmp"
 	"crypto/tls"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 )
 
 // Defaults and limits of [Options].
@@ -154,49 +155,22 @@ func (o Options) WithDefaults() Options {
 
 // validate checks o after WithDefaults, naming the field in its errors.
 func (o Options) validate() error {
-	if err := validateExchange(o.Exchange); err != nil {
-		return fmt.Errorf("rabbitmq: Exchange %w", err)
-	}
-	if !o.PassiveExchange && strings.HasPrefix(o.Exchange, "amq.") {
-		return fmt.Errorf("rabbitmq: Exchange %q: names starting with \"amq.\" are reserved and cannot be declared; set PassiveExchange to publish to an existing one", o.Exchange)
-	}
-	if o.MaxInFlight < 1 || o.MaxInFlight > MaxInFlightMax {
-		return fmt.Errorf("rabbitmq: MaxInFlight must be between 1 and %d, got %d", MaxInFlightMax, o.MaxInFlight)
-	}
-	if o.Channels < 1 || o.Channels > ChannelsMax {
-		return fmt.Errorf("rabbitmq: Channels must be between 1 and %d, got %d", ChannelsMax, o.Channels)
-	}
-	if o.PublishTimeout < PublishTimeoutMin {
-		return fmt.Errorf("rabbitmq: PublishTimeout must be at least %v, got %v", PublishTimeoutMin, o.PublishTimeout)
-	}
-	if o.MaxMessageSize < 1 || o.MaxMessageSize > MaxMessageSizeMax {
-		return fmt.Errorf("rabbitmq: MaxMessageSize must be between 1 and %d bytes, got %d", MaxMessageSizeMax, o.MaxMessageSize)
-	}
-	if o.DialTimeout < time.Millisecond {
-		return fmt.Errorf("rabbitmq: DialTimeout must be at least 1ms, got %v", o.DialTimeout)
-	}
-	if o.Heartbeat < time.Second {
-		return fmt.Errorf("rabbitmq: Heartbeat must be at least 1s, got %v", o.Heartbeat)
-	}
-	if o.ReconnectBackoff < time.Millisecond || o.ReconnectBackoffMax < o.ReconnectBackoff {
-		return fmt.Errorf("rabbitmq: ReconnectBackoff (%v) must be at least 1ms and at most ReconnectBackoffMax (%v)", o.ReconnectBackoff, o.ReconnectBackoffMax)
-	}
-	return nil
+	c := optcheck.Check("rabbitmq")
+	err := validateExchange(o.Exchange)
+	c.Failf(err != nil, "Exchange %w", err)
+	c.Failf(!o.PassiveExchange && strings.HasPrefix(o.Exchange, "amq."), "Exchange %q: names starting with \"amq.\" are reserved and cannot be declared; set PassiveExchange to publish to an existing one", o.Exchange)
+	c.Between("MaxInFlight", o.MaxInFlight, 1, MaxInFlightMax)
+	c.Between("Channels", o.Channels, 1, ChannelsMax)
+	c.AtLeast("PublishTimeout", o.PublishTimeout, PublishTimeoutMin)
+	c.Failf(o.MaxMessageSize < 1 || o.MaxMessageSize > MaxMessageSizeMax, "MaxMessageSize must be between 1 and %d bytes, got %d", MaxMessageSizeMax, o.MaxMessageSize)
+	c.AtLeast("DialTimeout", o.DialTimeout, time.Millisecond)
+	c.AtLeast("Heartbeat", o.Heartbeat, time.Second)
+	c.Failf(o.ReconnectBackoff < time.Millisecond || o.ReconnectBackoffMax < o.ReconnectBackoff, "ReconnectBackoff (%v) must be at least 1ms and at most ReconnectBackoffMax (%v)", o.ReconnectBackoff, o.ReconnectBackoffMax)
+	return c.Err()
 }
 
 // validateExchange checks an exchange name: 1 to 255 bytes of letters,
 // digits, '-', '_', '.' and ':' (the characters AMQP 0-9-1 allows).
 func validateExchange(name string) error {
-	if name == "" || len(name) > MaxExchangeLen {
-		return fmt.Errorf("must be 1 to %d bytes, got %d", MaxExchangeLen, len(name))
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
-		default:
-			return fmt.Errorf("%q has %q at byte %d: use only letters, digits, '-', '_', '.' and ':'", name, c, i)
-		}
-	}
-	return nil
+	return optcheck.Name(name, MaxExchangeLen, "-_.:")
 }

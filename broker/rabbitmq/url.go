@@ -3,11 +3,9 @@ package rabbitmq
 import (
 	"fmt"
 	"net/url"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 	"github.com/outboxrelay/outbox/internal/redact"
 )
 
@@ -57,61 +55,39 @@ func ParseURL(raw string) (amqpURL string, opts Options, err error) {
 	if err != nil {
 		return "", opts, fmt.Errorf("rabbitmq: URL %s has a malformed query string: %v", redacted, err)
 	}
-	for name, vals := range q {
-		if slices.Contains(driverParams, name) {
-			continue
-		}
-		if !slices.Contains(URLParams, name) {
-			return "", opts, fmt.Errorf("rabbitmq: URL %s: unknown query parameter %q; accepted: %s", redacted, name, strings.Join(append(slices.Clone(URLParams), driverParams...), ", "))
-		}
-		if len(vals) != 1 {
-			return "", opts, fmt.Errorf("rabbitmq: URL %s: query parameter %q is given %d times; give it once", redacted, name, len(vals))
-		}
-		v := vals[0]
-		bad := func(want string) error {
-			return fmt.Errorf("rabbitmq: URL %s: query parameter %s=%q must be %s", redacted, name, v, want)
-		}
-		switch name {
+	err = optcheck.Query(q, "rabbitmq: URL "+redacted, URLParams, driverParams, func(p optcheck.Param) error {
+		var err error
+		switch p.Name {
 		case "exchange":
-			opts.Exchange = v
+			opts.Exchange = p.Value
 		case "connection_name":
-			opts.ConnectionName = v
-		case "passive_exchange", "transient", "allow_unroutable":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return "", opts, bad("true or false")
-			}
-			switch name {
-			case "passive_exchange":
-				opts.PassiveExchange = b
-			case "transient":
-				opts.Transient = b
-			default:
-				opts.AllowUnroutable = b
-			}
-		case "channels", "max_in_flight", "max_message_size", "connection_timeout":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return "", opts, bad("a positive integer")
-			}
-			switch name {
-			case "channels":
-				opts.Channels = n
-			case "max_in_flight":
-				opts.MaxInFlight = n
-			case "max_message_size":
-				opts.MaxMessageSize = n
-			default:
-				opts.DialTimeout = time.Duration(n) * time.Millisecond
-			}
+			opts.ConnectionName = p.Value
+		case "passive_exchange":
+			opts.PassiveExchange, err = p.Bool()
+		case "transient":
+			opts.Transient, err = p.Bool()
+		case "allow_unroutable":
+			opts.AllowUnroutable, err = p.Bool()
+		case "channels":
+			opts.Channels, err = p.PositiveInt()
+		case "max_in_flight":
+			opts.MaxInFlight, err = p.PositiveInt()
+		case "max_message_size":
+			opts.MaxMessageSize, err = p.PositiveInt()
+		case "connection_timeout":
+			var ms int
+			ms, err = p.PositiveInt()
+			opts.DialTimeout = time.Duration(ms) * time.Millisecond
 		case "publish_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return "", opts, bad("a positive duration such as 10s")
-			}
-			opts.PublishTimeout = d
+			opts.PublishTimeout, err = p.PositiveDuration()
 		}
-		q.Del(name)
+		return err
+	})
+	if err != nil {
+		return "", opts, err
+	}
+	for _, name := range URLParams {
+		q.Del(name) // the driver's parameters stay
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), opts, nil

@@ -55,7 +55,7 @@ func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) 
 
 // postgresStore adapts *postgres.Store's migration reports. The embedded
 // pointer keeps every optional ability (UnorderedStore, Notifier, Cleaner,
-// StatusReader, DeadLetterStore) visible to type assertions.
+// AdminStore) visible to type assertions.
 type postgresStore struct{ *postgres.Store }
 
 func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error) {
@@ -102,8 +102,8 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		if o.Logger != nil {
 			s.SetLogger(o.Logger)
 		}
-		// Its abilities: CommitOrdered, PartitionNotifier, StatusReader,
-		// SlotReader, DeadLetterStore, and Check for the relay's start-up.
+		// Its abilities: CommitOrdered, PartitionNotifier, SlotReader,
+		// AdminStore, and Check for the relay's start-up.
 		return s, nil
 	}
 	s, err := postgres.Open(ctx, u.String(), opts)

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxrelay/outbox"
-	"github.com/outboxrelay/outbox/internal/backends"
 )
 
 // Bounds of `outbox dlq list --limit`.
@@ -95,20 +94,6 @@ func (a *app) dlqFilter(cmd *cobra.Command, f *dlqFlags) (outbox.DeadLetterFilte
 	return flt, given, nil
 }
 
-// openDLQ opens the store and checks that it keeps dead letters.
-func (a *app) openDLQ(ctx context.Context, f *dlqFlags) (backends.Store, outbox.DeadLetterStore, error) {
-	s, err := f.store.open(ctx, a)
-	if err != nil {
-		return nil, nil, err
-	}
-	d, ok := s.(outbox.DeadLetterStore)
-	if !ok {
-		a.closeStore(s)
-		return nil, nil, usagef("the %s store has no dead-letter table; dlq needs a store such as postgres", storeScheme(f.store.url))
-	}
-	return s, d, nil
-}
-
 func newDLQListCommand(a *app, f *dlqFlags) *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
@@ -131,7 +116,7 @@ func newDLQListCommand(a *app, f *dlqFlags) *cobra.Command {
 			return err
 		}
 		defer cancel()
-		s, d, err := a.openDLQ(ctx, f)
+		s, d, err := f.store.openAdmin(ctx, a, "dlq")
 		if err != nil {
 			return err
 		}
@@ -159,7 +144,7 @@ func newDLQRequeueCommand(a *app, f *dlqFlags) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return a.dlqAction(ctx, f, "requeued", func(ctx context.Context, d outbox.DeadLetterStore) (int64, error) {
+		return a.dlqAction(ctx, f, "requeued", func(ctx context.Context, d outbox.AdminStore) (int64, error) {
 			return d.Requeue(ctx, flt)
 		})
 	})
@@ -182,7 +167,7 @@ func newDLQPurgeCommand(a *app, f *dlqFlags) *cobra.Command {
 		if !given && !yes {
 			return usagef("without --topic, --id or --older-than, purge deletes every dead letter: add --yes to confirm, or give a filter")
 		}
-		return a.dlqAction(ctx, f, "purged", func(ctx context.Context, d outbox.DeadLetterStore) (int64, error) {
+		return a.dlqAction(ctx, f, "purged", func(ctx context.Context, d outbox.AdminStore) (int64, error) {
 			return d.PurgeDeadLetters(ctx, flt)
 		})
 	})
@@ -191,13 +176,13 @@ func newDLQPurgeCommand(a *app, f *dlqFlags) *cobra.Command {
 
 // dlqAction opens the store, runs op on its dead letters within --timeout,
 // logs and prints how many were affected ("requeued", "purged").
-func (a *app) dlqAction(ctx context.Context, f *dlqFlags, verb string, op func(context.Context, outbox.DeadLetterStore) (int64, error)) error {
+func (a *app) dlqAction(ctx context.Context, f *dlqFlags, verb string, op func(context.Context, outbox.AdminStore) (int64, error)) error {
 	ctx, cancel, err := a.withTimeout(ctx, f.timeout)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	s, d, err := a.openDLQ(ctx, f)
+	s, d, err := f.store.openAdmin(ctx, a, "dlq")
 	if err != nil {
 		return err
 	}

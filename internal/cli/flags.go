@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/backends"
 )
 
@@ -91,6 +92,32 @@ func (a *app) withTimeout(ctx context.Context, d time.Duration) (context.Context
 }
 
 // closeStore closes s, logging a failure.
+// openAdmin opens the store for an operator command (status, dlq) and
+// checks that it implements outbox.AdminStore; on failure it has closed
+// the store.
+func (sf *storeFlags) openAdmin(ctx context.Context, a *app, command string) (backends.Store, outbox.AdminStore, error) {
+	s, err := sf.open(ctx, a)
+	if err != nil {
+		return nil, nil, err
+	}
+	as, err := adminOf(s, storeScheme(sf.url), command)
+	if err != nil {
+		a.closeStore(s)
+		return nil, nil, err
+	}
+	return s, as, nil
+}
+
+// adminOf returns s as an outbox.AdminStore, or a usage error naming the
+// store (its URL scheme) and the command that needs it.
+func adminOf(s backends.Store, scheme, command string) (outbox.AdminStore, error) {
+	as, ok := s.(outbox.AdminStore)
+	if !ok {
+		return nil, usagef("the %s store (%T) does not implement outbox.AdminStore (status and dead letters), which %s needs; use a store such as postgres, sqlite or dynamodb", scheme, s, command)
+	}
+	return as, nil
+}
+
 func (a *app) closeStore(s backends.Store) {
 	if err := s.Close(); err != nil {
 		a.log.Warn("close store", "err", err)

@@ -52,16 +52,12 @@ running relays: give each relay's --http-addr with --relay to list them
 			return err
 		}
 		defer cancel()
-		s, err := sf.open(ctx, a)
+		s, as, err := sf.openAdmin(ctx, a, "status")
 		if err != nil {
 			return err
 		}
 		defer a.closeStore(s)
-		sr, ok := s.(outbox.StatusReader)
-		if !ok {
-			return usagef("the %s store cannot report its status; status needs a store such as postgres", storeScheme(sf.url))
-		}
-		st, err := sr.Status(ctx)
+		st, err := as.Status(ctx)
 		if err != nil {
 			return fmt.Errorf("read status: %w", err)
 		}

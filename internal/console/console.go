@@ -37,9 +37,9 @@ const (
 
 // Options configures a console.
 type Options struct {
-	// Store is the outbox; its optional interfaces (outbox.StatusReader,
-	// outbox.DeadLetterStore, outbox.AdminStore) decide what the pages
-	// show. Required.
+	// Store is the outbox. Required. The pages of status, dead letters
+	// and find need it to implement outbox.AdminStore; for a store that
+	// does not, they say that it cannot show them.
 	Store outbox.Store
 	// StoreKind names the store in the page header ("postgres").
 	StoreKind string
@@ -71,9 +71,7 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	now    func() time.Time
-	status outbox.StatusReader
-	dead   outbox.DeadLetterStore
-	admin  outbox.AdminStore
+	admin  outbox.AdminStore // nil: the store cannot show its status nor dead letters
 	ov     *overview
 	pages  map[string]*template.Template
 	csrf   csrf
@@ -106,10 +104,8 @@ func New(o Options) (*Server, error) {
 	if s.opts.RefreshMin <= 0 {
 		s.opts.RefreshMin = RefreshMinDefault
 	}
-	s.status, _ = o.Store.(outbox.StatusReader)
-	s.dead, _ = o.Store.(outbox.DeadLetterStore)
 	s.admin, _ = o.Store.(outbox.AdminStore)
-	s.ov = &overview{status: s.status, refreshMin: s.opts.RefreshMin, timeout: s.opts.StoreTimeout, now: s.now}
+	s.ov = &overview{admin: s.admin, refreshMin: s.opts.RefreshMin, timeout: s.opts.StoreTimeout, now: s.now}
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err

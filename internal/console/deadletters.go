@@ -85,9 +85,6 @@ func (s *Server) storeFilter(f dlFilter) (outbox.DeadLetterFilter, error) {
 		}
 		out.Topic = f.Topic
 	}
-	if (f.Key != "" || f.Error != "" || f.Newer != "") && s.admin == nil {
-		return out, fmt.Errorf("the %s store cannot filter dead letters by key, error text or newer-than age", s.opts.StoreKind)
-	}
 	if len(f.Key) > filterTextMax || len(f.Error) > filterTextMax {
 		return out, fmt.Errorf("key and error text must be at most %d bytes", filterTextMax)
 	}
@@ -112,13 +109,11 @@ func (s *Server) storeFilter(f dlFilter) (outbox.DeadLetterFilter, error) {
 // deadLettersView is the dead-letter list.
 type deadLettersView struct {
 	page
-	NoDead    bool // the store has no dead letters table
-	CanSearch bool // the store implements AdminStore
+	NoDead    bool // the store does not implement AdminStore
 	Filter    dlFilter
 	FilterErr string
 	Rows      []dlRow
 	Count     int64
-	Counted   bool
 	First     bool   // this is the first page
 	Next      string // URL of the next page, or empty
 	PageSize  int
@@ -132,7 +127,7 @@ type dlRow struct {
 
 func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	v := &deadLettersView{page: s.page(r, "dead-letters", "Dead letters"), NoDead: s.dead == nil, CanSearch: s.admin != nil,
+	v := &deadLettersView{page: s.page(r, "dead-letters", "Dead letters"), NoDead: s.admin == nil,
 		Filter: readFilter(q), PageSize: PageSizeDefault, First: true}
 	v.Done = doneMessage(q)
 	if v.NoDead {
@@ -150,7 +145,7 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	if at, id := q.Get("after_t"), q.Get("after_id"); at != "" || id != "" {
 		t, terr := time.Parse(time.RFC3339Nano, at)
-		if terr != nil || outbox.ValidateID(id) != nil || s.admin == nil {
+		if terr != nil || outbox.ValidateID(id) != nil {
 			v.FilterErr = "the page position (after_t, after_id) is not valid: start again from the first page"
 			s.render(w, r, http.StatusBadRequest, "deadletters", v)
 			return
@@ -161,32 +156,27 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	f.Limit = v.PageSize + 1
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	dls, err := s.dead.DeadLetters(ctx, f)
+	dls, err := s.admin.DeadLetters(ctx, f)
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, "list dead letters: %v", err)
 		return
 	}
-	if s.admin != nil {
-		cf := f
-		cf.After, cf.Limit = nil, 0
-		if v.Count, err = s.admin.CountDeadLetters(ctx, cf); err != nil {
-			s.fail(w, r, http.StatusBadGateway, "count dead letters: %v", err)
-			return
-		}
-		v.Counted = true
+	cf := f
+	cf.After, cf.Limit = nil, 0
+	if v.Count, err = s.admin.CountDeadLetters(ctx, cf); err != nil {
+		s.fail(w, r, http.StatusBadGateway, "count dead letters: %v", err)
+		return
 	}
 	if len(dls) > v.PageSize {
 		dls = dls[:v.PageSize]
-		if s.admin != nil {
-			last := dls[len(dls)-1]
-			next := v.Filter.values()
-			next.Set("after_t", last.FailedAt.UTC().Format(time.RFC3339Nano))
-			next.Set("after_id", last.ID)
-			if v.PageSize != PageSizeDefault {
-				next.Set("n", strconv.Itoa(v.PageSize))
-			}
-			v.Next = "/dead-letters?" + next.Encode()
+		last := dls[len(dls)-1]
+		next := v.Filter.values()
+		next.Set("after_t", last.FailedAt.UTC().Format(time.RFC3339Nano))
+		next.Set("after_id", last.ID)
+		if v.PageSize != PageSizeDefault {
+			next.Set("n", strconv.Itoa(v.PageSize))
 		}
+		v.Next = "/dead-letters?" + next.Encode()
 	}
 	now := s.now()
 	for _, d := range dls {
@@ -232,7 +222,7 @@ type header struct{ Name, Value string }
 
 func (s *Server) handleDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if s.dead == nil {
+	if s.admin == nil {
 		s.fail(w, r, http.StatusNotFound, "The %s store has no dead letters.", s.opts.StoreKind)
 		return
 	}
@@ -242,7 +232,7 @@ func (s *Server) handleDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeCtx(r)
 	defer cancel()
-	dls, err := s.dead.DeadLetters(ctx, outbox.DeadLetterFilter{IDs: []string{id}, Limit: 1})
+	dls, err := s.admin.DeadLetters(ctx, outbox.DeadLetterFilter{IDs: []string{id}, Limit: 1})
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, "read the dead letter: %v", err)
 		return
@@ -300,9 +290,6 @@ func (s *Server) readAction(r *http.Request) (action, outbox.DeadLetterFilter, e
 		f.IDs = a.IDs
 		return a, f, nil
 	case "matching":
-		if s.admin == nil && !a.Filter.Empty() && (a.Filter.Key != "" || a.Filter.Error != "" || a.Filter.Newer != "") {
-			return a, f, fmt.Errorf("the %s store cannot filter by key, error text or newer-than age", s.opts.StoreKind)
-		}
 		var err error
 		f, err = s.storeFilter(a.Filter)
 		return a, f, err
@@ -326,7 +313,7 @@ func (s *Server) postedAction(w http.ResponseWriter, r *http.Request) (action, o
 	if !s.checkAction(w, r) {
 		return action{}, outbox.DeadLetterFilter{}, false
 	}
-	if s.dead == nil {
+	if s.admin == nil {
 		s.fail(w, r, http.StatusNotFound, "The %s store has no dead letters.", s.opts.StoreKind)
 		return action{}, outbox.DeadLetterFilter{}, false
 	}
@@ -350,27 +337,16 @@ func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
 		n   int64
 		err error
 	)
-	switch {
-	case a.Scope == "selected":
-		dls, err := s.dead.DeadLetters(ctx, outbox.DeadLetterFilter{IDs: a.IDs, Limit: len(a.IDs)})
+	if a.Scope == "selected" {
+		dls, err := s.admin.DeadLetters(ctx, outbox.DeadLetterFilter{IDs: a.IDs, Limit: len(a.IDs)})
 		if err != nil {
 			s.fail(w, r, http.StatusBadGateway, "read the selected dead letters: %v", err)
 			return
 		}
 		n = int64(len(dls))
-	case s.admin != nil:
-		if n, err = s.admin.CountDeadLetters(ctx, f); err != nil {
-			s.fail(w, r, http.StatusBadGateway, "count dead letters: %v", err)
-			return
-		}
-	default:
-		f.Limit = 100000
-		dls, err := s.dead.DeadLetters(ctx, f)
-		if err != nil {
-			s.fail(w, r, http.StatusBadGateway, "count dead letters: %v", err)
-			return
-		}
-		n = int64(len(dls))
+	} else if n, err = s.admin.CountDeadLetters(ctx, f); err != nil {
+		s.fail(w, r, http.StatusBadGateway, "count dead letters: %v", err)
+		return
 	}
 	v := &confirmView{page: s.page(r, "dead-letters", "Confirm"), Action: a, Count: n, Back: a.Filter.ListURL()}
 	if a.Scope == "selected" {
@@ -402,9 +378,9 @@ func (s *Server) handleApply(w http.ResponseWriter, r *http.Request) {
 		err error
 	)
 	if a.Op == "requeue" {
-		n, err = s.dead.Requeue(ctx, f)
+		n, err = s.admin.Requeue(ctx, f)
 	} else {
-		n, err = s.dead.PurgeDeadLetters(ctx, f)
+		n, err = s.admin.PurgeDeadLetters(ctx, f)
 	}
 	vis := visitorOf(r)
 	attrs := []any{"user", vis.User, "remote", vis.Remote, "op", a.Op, "scope", a.Scope, "count", n}

@@ -21,13 +21,13 @@
 //   - /find?q=: a message by ID or key: outstanding, dead, published and
 //     still kept, or unknown.
 //
-// What a store cannot answer (no [outbox.StatusReader], no
-// [outbox.AdminStore], a state it cannot search by key) is shown as such.
+// What a store cannot answer (no [outbox.AdminStore], a state it cannot
+// search by key) is shown as such.
 //
 // # Data sources
 //
-// The store answers everything it holds, through [outbox.StatusReader],
-// [outbox.DeadLetterStore] and [outbox.AdminStore]. What only a running
+// The store answers everything it holds, through [outbox.AdminStore]
+// (status, dead letters, find). What only a running
 // relay knows (its throughput, the leases it holds, the destinations it
 // has blocked) comes from a [Live] source: [RelayLive] adapts an
 // *outbox.Relay, and a Live that also implements [BlockedReporter] lists

@@ -57,7 +57,7 @@ type livePoint struct {
 // overview holds the status snapshot shared by every viewer and the
 // histories of the charts.
 type overview struct {
-	status     outbox.StatusReader // nil: the store cannot report its status
+	admin      outbox.AdminStore // nil: the store cannot report its status
 	refreshMin time.Duration
 	timeout    time.Duration
 	now        func() time.Time
@@ -83,7 +83,7 @@ func (o *overview) refreshEvery() time.Duration {
 // the last read is older than refreshEvery. Concurrent callers share one
 // read, which a caller's cancellation does not abort.
 func (o *overview) snapshot(ctx context.Context) *snapshot {
-	if o.status == nil {
+	if o.admin == nil {
 		return &snapshot{At: o.now()}
 	}
 	o.mu.Lock()
@@ -111,7 +111,7 @@ func (o *overview) snapshot(ctx context.Context) *snapshot {
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
 	start := time.Now()
-	st, err := o.status.Status(rctx)
+	st, err := o.admin.Status(rctx)
 	took := time.Since(start)
 	cancel()
 	snap := &snapshot{At: o.now(), Took: took, Status: st, Err: err}

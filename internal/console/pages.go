@@ -80,7 +80,7 @@ type relayView struct {
 func (s *Server) live(r *http.Request) *overviewLive {
 	snap := s.ov.snapshot(r.Context())
 	now := s.now()
-	v := &overviewLive{At: snap.At, NoStatus: s.status == nil, PollMillis: s.opts.PollEvery.Milliseconds()}
+	v := &overviewLive{At: snap.At, NoStatus: s.admin == nil, PollMillis: s.opts.PollEvery.Milliseconds()}
 	if snap.Err != nil {
 		v.StatusErr = snap.Err.Error()
 	}
@@ -284,7 +284,7 @@ type partitionRow struct {
 }
 
 func (s *Server) handlePartitions(w http.ResponseWriter, r *http.Request) {
-	v := &partitionsView{page: s.page(r, "partitions", "Partitions"), NoStatus: s.status == nil}
+	v := &partitionsView{page: s.page(r, "partitions", "Partitions"), NoStatus: s.admin == nil}
 	snap := s.ov.snapshot(r.Context())
 	if snap.Err != nil {
 		v.StatusErr = snap.Err.Error()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/leasetable"
 )
 
 // Store is an in-memory outbox store. Safe for concurrent use.
@@ -28,7 +29,7 @@ type Store struct {
 	commits    int64
 	msgs       map[string]*entry // unpublished, by ID
 	dead       map[string]outbox.DeadLetter
-	leases     []lease
+	leases     leasetable.Table
 	relays     map[string]time.Time
 	locked     map[string]bool // claimed by an unordered claim
 	subs       []chan struct{}
@@ -47,12 +48,6 @@ type entry struct {
 	commitNo int64 // order of commit, for marks
 }
 
-type lease struct {
-	owner   string
-	epoch   int64
-	expires time.Time
-}
-
 // New returns a store with p partitions. now is its clock (nil: time.Now).
 func New(p int, now func() time.Time) *Store {
 	if now == nil {
@@ -63,7 +58,7 @@ func New(p int, now func() time.Time) *Store {
 		now:        now,
 		msgs:       map[string]*entry{},
 		dead:       map[string]outbox.DeadLetter{},
-		leases:     make([]lease, p),
+		leases:     leasetable.New(p),
 		relays:     map[string]time.Time{},
 		locked:     map[string]bool{},
 		failNext:   map[string]error{},
@@ -188,11 +183,8 @@ func (s *Store) Record(id string) (outbox.Record, bool) {
 func (s *Store) Owner(p int) (string, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.leases[p]
-	if !l.expires.After(s.now()) {
-		return "", l.epoch
-	}
-	return l.owner, l.epoch
+	l := s.leases.Owner(p, s.now())
+	return l.Owner, l.Epoch
 }
 
 func (s *Store) Partitions(ctx context.Context) (int, error) { return s.partitions, nil }
@@ -219,39 +211,13 @@ func (s *Store) AcquireLeases(ctx context.Context, node string, held []outbox.Le
 	if err := s.enter("AcquireLeases"); err != nil {
 		return nil, err
 	}
-	now := s.now()
-	var out []outbox.Lease
-	for _, h := range held {
-		l := &s.leases[h.Partition]
-		if l.owner == node && l.epoch == h.Epoch && l.expires.After(now) {
-			l.expires = now.Add(ttl)
-			out = append(out, h)
-		}
-	}
-	for p := range s.leases {
-		if want <= 0 {
-			break
-		}
-		l := &s.leases[p]
-		if l.owner != "" && l.expires.After(now) {
-			continue
-		}
-		l.owner, l.epoch, l.expires = node, l.epoch+1, now.Add(ttl)
-		out = append(out, outbox.Lease{Partition: p, Epoch: l.epoch})
-		want--
-	}
-	return out, nil
+	return s.leases.Acquire(node, held, want, ttl, s.now()), nil
 }
 
 func (s *Store) ReleaseLeases(ctx context.Context, node string, leases []outbox.Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, h := range leases {
-		l := &s.leases[h.Partition]
-		if l.owner == node && l.epoch == h.Epoch {
-			l.owner, l.expires = "", time.Time{}
-		}
-	}
+	s.leases.Release(node, leases)
 	return nil
 }
 
@@ -392,8 +358,7 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 	now := s.now()
 	var fenced []outbox.Lease
 	for _, st := range settlements {
-		l := s.leases[st.Partition]
-		if l.owner != node || l.epoch != st.Epoch {
+		if !s.leases.Holds(node, st.Lease) {
 			fenced = append(fenced, st.Lease)
 			continue
 		}

@@ -83,51 +83,32 @@ func (s *Store) sampleOutstanding(ctx context.Context, limit int) ([]outbox.Topi
 		complete = true
 		byTopic  = map[string]*outbox.TopicBacklog{}
 	)
-	segments := s.opts.ScanConcurrency
-	err := parallel(ctx, segments, segments, func(ctx context.Context, seg int) error {
-		in := &dynamodb.ScanInput{
-			TableName:              s.table,
-			IndexName:              aws.String(s.opts.Indexes.Outstanding),
-			ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	in := dynamodb.ScanInput{IndexName: aws.String(s.opts.Indexes.Outstanding), Limit: aws.Int32(int32(min(limit, math.MaxInt32)))}
+	err := s.scanSegments(ctx, in, func(_ int, out *dynamodb.ScanOutput, next *dynamodb.ScanInput) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, item := range out.Items {
+			e := entryOf(item, attrOutstandingCreatedTime)
+			t := byTopic[e.Topic]
+			if t == nil {
+				t = &outbox.TopicBacklog{Topic: e.Topic, OldestCreatedAt: e.Time}
+				byTopic[e.Topic] = t
+			}
+			t.Outstanding++
+			if e.Time.Before(t.OldestCreatedAt) {
+				t.OldestCreatedAt = e.Time
+			}
 		}
-		if segments > 1 {
-			in.Segment, in.TotalSegments = aws.Int32(int32(seg)), aws.Int32(int32(segments))
+		read += len(out.Items)
+		left := limit - read
+		if left <= 0 {
+			if len(out.LastEvaluatedKey) > 0 {
+				complete = false // this segment has more
+			}
+			return false
 		}
-		for {
-			mu.Lock()
-			left := limit - read
-			mu.Unlock()
-			if left <= 0 {
-				mu.Lock()
-				complete = false
-				mu.Unlock()
-				return nil
-			}
-			in.Limit = aws.Int32(int32(min(left, math.MaxInt32)))
-			out, err := s.client.Scan(ctx, in, s.callOpts...)
-			if err != nil {
-				return fmt.Errorf("dynamodb: scan %s: %w", s.opts.Indexes.Outstanding, err)
-			}
-			mu.Lock()
-			for _, item := range out.Items {
-				e := entryOf(item, attrOutstandingCreatedTime)
-				t := byTopic[e.Topic]
-				if t == nil {
-					t = &outbox.TopicBacklog{Topic: e.Topic, OldestCreatedAt: e.Time}
-					byTopic[e.Topic] = t
-				}
-				t.Outstanding++
-				if e.Time.Before(t.OldestCreatedAt) {
-					t.OldestCreatedAt = e.Time
-				}
-			}
-			read += len(out.Items)
-			mu.Unlock()
-			if len(out.LastEvaluatedKey) == 0 {
-				return nil
-			}
-			in.ExclusiveStartKey = out.LastEvaluatedKey
-		}
+		next.Limit = aws.Int32(int32(min(left, math.MaxInt32)))
+		return true
 	})
 	if err != nil {
 		return nil, false, err

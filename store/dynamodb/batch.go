@@ -172,26 +172,33 @@ func (s *Store) batchDelete(ctx context.Context, ids []string) error {
 		for j, id := range parts[i] {
 			reqs[j] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: keyOf(id)}}
 		}
-		for attempt := 0; ; attempt++ {
-			if attempt > 0 {
-				if err := s.backoff(ctx, attempt); err != nil {
-					return err
-				}
-			}
-			out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
-				RequestItems:           map[string][]types.WriteRequest{s.opts.Table: reqs},
-				ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
-			}, s.callOpts...)
-			if err != nil {
-				return fmt.Errorf("dynamodb: batch delete: %w", err)
-			}
-			reqs = out.UnprocessedItems[s.opts.Table]
-			if len(reqs) == 0 {
-				return nil
-			}
-			if attempt+1 >= s.opts.UnprocessedAttempts {
-				return fmt.Errorf("dynamodb: batch delete: %d delete(s) still unprocessed after %d requests; DynamoDB is throttling: retry later or raise the table's write capacity", len(reqs), attempt+1)
+		return s.batchWrite(ctx, reqs, "batch delete", "delete")
+	})
+}
+
+// batchWrite sends reqs (at most batchWriteMax) with BatchWriteItem,
+// resending the unprocessed ones with backoff, in UnprocessedAttempts
+// requests at most. op names the call in errors ("batch delete"), noun one
+// request ("delete").
+func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest, op, noun string) error {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := s.backoff(ctx, attempt); err != nil {
+				return err
 			}
 		}
-	})
+		out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
+			RequestItems:           map[string][]types.WriteRequest{s.opts.Table: reqs},
+			ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+		}, s.callOpts...)
+		if err != nil {
+			return fmt.Errorf("dynamodb: %s: %w", op, err)
+		}
+		if reqs = out.UnprocessedItems[s.opts.Table]; len(reqs) == 0 {
+			return nil
+		}
+		if attempt+1 >= s.opts.UnprocessedAttempts {
+			return fmt.Errorf("dynamodb: %s: %d %s(s) still unprocessed after %d requests; DynamoDB is throttling: retry later or raise the table's write capacity", op, len(reqs), noun, attempt+1)
+		}
+	}
 }

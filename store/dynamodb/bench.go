@@ -97,25 +97,6 @@ func fillBacklog(ctx context.Context, s *Store, topics []string, n int) error {
 		for _, item := range items[b*batchWriteMax : min(n, (b+1)*batchWriteMax)] {
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
 		}
-		for attempt := 0; ; attempt++ {
-			if attempt > 0 {
-				if err := s.backoff(ctx, attempt); err != nil {
-					return err
-				}
-			}
-			out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
-				RequestItems:           map[string][]types.WriteRequest{s.opts.Table: reqs},
-				ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
-			}, s.callOpts...)
-			if err != nil {
-				return fmt.Errorf("dynamodb: fill backlog: %w", err)
-			}
-			if reqs = out.UnprocessedItems[s.opts.Table]; len(reqs) == 0 {
-				return nil
-			}
-			if attempt+1 >= s.opts.UnprocessedAttempts {
-				return fmt.Errorf("dynamodb: fill backlog: %d put(s) still unprocessed", len(reqs))
-			}
-		}
+		return s.batchWrite(ctx, reqs, "fill backlog", "put")
 	})
 }

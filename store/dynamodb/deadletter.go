@@ -22,8 +22,6 @@ import (
 // attributes, so it has left the outstanding indexes (the relay no longer
 // sees it) and is listed by the sparse DeadLettered index.
 
-var _ outbox.DeadLetterStore = (*Store)(nil)
-
 // deadEntries returns the dead letters matching f (Limit ignored), oldest
 // failure first: by a consistent BatchGetItem when f.IDs is set, else by a
 // parallel Scan of the whole DeadLettered index (sparse, keys and
@@ -55,31 +53,13 @@ func (s *Store) deadEntries(ctx context.Context, f outbox.DeadLetterFilter) ([]E
 		}
 	} else {
 		var mu sync.Mutex
-		segments := s.opts.ScanConcurrency
-		err := parallel(ctx, segments, segments, func(ctx context.Context, seg int) error {
-			in := &dynamodb.ScanInput{
-				TableName:              s.table,
-				IndexName:              aws.String(s.opts.Indexes.DeadLettered),
-				ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+		err := s.scanSegments(ctx, dynamodb.ScanInput{IndexName: aws.String(s.opts.Indexes.DeadLettered)}, func(_ int, out *dynamodb.ScanOutput, _ *dynamodb.ScanInput) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, item := range out.Items {
+				entries = append(entries, entryOf(item, attrDeadLetteredTime))
 			}
-			if segments > 1 {
-				in.Segment, in.TotalSegments = aws.Int32(int32(seg)), aws.Int32(int32(segments))
-			}
-			for {
-				out, err := s.client.Scan(ctx, in, s.callOpts...)
-				if err != nil {
-					return fmt.Errorf("dynamodb: scan %s: %w", s.opts.Indexes.DeadLettered, err)
-				}
-				mu.Lock()
-				for _, item := range out.Items {
-					entries = append(entries, entryOf(item, attrDeadLetteredTime))
-				}
-				mu.Unlock()
-				if len(out.LastEvaluatedKey) == 0 {
-					return nil
-				}
-				in.ExclusiveStartKey = out.LastEvaluatedKey
-			}
+			return true
 		})
 		if err != nil {
 			return nil, err

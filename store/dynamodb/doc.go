@@ -38,9 +38,8 @@
 //
 // # The relay
 //
-// [Store] implements [outbox.Store], [outbox.StatusReader] and
-// [outbox.DeadLetterStore] (not [outbox.UnorderedStore]: DynamoDB has no
-// row locks). A relay partition is a shard. Guarantees and their limits:
+// [Store] implements [outbox.Store] and [outbox.AdminStore] (not
+// [outbox.UnorderedStore]: DynamoDB has no row locks). A relay partition is a shard. Guarantees and their limits:
 //
 //   - Atomic with the business write: with TransactWriteItem, the message
 //     exists if and only if the caller's transaction succeeds. (dynalite, used

@@ -156,45 +156,47 @@ func (s *Store) queryTopic(ctx context.Context, index, timeAttr string, q Query,
 // scanAll scans index (hash timeAttr, range MessageId) in
 // ScanConcurrency segments, each stopping once it has limit entries.
 func (s *Store) scanAll(ctx context.Context, index, timeAttr string, q Query, limit int) ([]Entry, error) {
-	var mu sync.Mutex
-	var entries []Entry
-	segments := s.opts.ScanConcurrency
-	err := parallel(ctx, segments, segments, func(ctx context.Context, seg int) error {
-		cond, values := timeRange(q)
-		in := &dynamodb.ScanInput{
-			TableName:              s.table,
-			IndexName:              aws.String(index),
-			Limit:                  aws.Int32(int32(limit)),
-			ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	in := dynamodb.ScanInput{IndexName: aws.String(index), Limit: aws.Int32(int32(limit))}
+	if cond, values := timeRange(q); cond != "" {
+		in.FilterExpression = aws.String(cond)
+		in.ExpressionAttributeNames = map[string]string{"#t": timeAttr}
+		in.ExpressionAttributeValues = values
+	}
+	got := make([][]Entry, s.opts.ScanConcurrency) // per segment
+	err := s.scanSegments(ctx, in, func(seg int, out *dynamodb.ScanOutput, _ *dynamodb.ScanInput) bool {
+		for _, item := range out.Items {
+			got[seg] = append(got[seg], entryOf(item, timeAttr))
 		}
+		return len(got[seg]) < limit
+	})
+	return slices.Concat(got...), err
+}
+
+// scanSegments scans in.IndexName in ScanConcurrency parallel segments:
+// each sends its own copy of in (with its Segment when there are several)
+// and follows LastEvaluatedKey while page returns true. page sees each
+// response, and the segment's next request to adjust (its Limit); the
+// calls of different segments run concurrently.
+func (s *Store) scanSegments(ctx context.Context, in dynamodb.ScanInput, page func(seg int, out *dynamodb.ScanOutput, next *dynamodb.ScanInput) bool) error {
+	segments := s.opts.ScanConcurrency
+	return parallel(ctx, segments, segments, func(ctx context.Context, seg int) error {
+		in := in
+		in.TableName = s.table
+		in.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
 		if segments > 1 {
 			in.Segment, in.TotalSegments = aws.Int32(int32(seg)), aws.Int32(int32(segments))
 		}
-		if cond != "" {
-			in.FilterExpression = aws.String(cond)
-			in.ExpressionAttributeNames = map[string]string{"#t": timeAttr}
-			in.ExpressionAttributeValues = values
-		}
-		var got []Entry
 		for {
-			out, err := s.client.Scan(ctx, in, s.callOpts...)
+			out, err := s.client.Scan(ctx, &in, s.callOpts...)
 			if err != nil {
-				return fmt.Errorf("dynamodb: scan %s (segment %d of %d): %w", index, seg, segments, err)
+				return fmt.Errorf("dynamodb: scan %s (segment %d of %d): %w", aws.ToString(in.IndexName), seg, segments, err)
 			}
-			for _, item := range out.Items {
-				got = append(got, entryOf(item, timeAttr))
-			}
-			if len(out.LastEvaluatedKey) == 0 || len(got) >= limit {
-				break
+			if !page(seg, out, &in) || len(out.LastEvaluatedKey) == 0 {
+				return nil
 			}
 			in.ExclusiveStartKey = out.LastEvaluatedKey
 		}
-		mu.Lock()
-		entries = append(entries, got...)
-		mu.Unlock()
-		return nil
 	})
-	return entries, err
 }
 
 func entryOf(item map[string]types.AttributeValue, timeAttr string) Entry {

@@ -16,8 +16,6 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-var _ outbox.StatusReader = (*Store)(nil)
-
 // Status is the store's status: the portable snapshot plus the requests
 // this Store has made so far, per DynamoDB operation.
 type Status struct {
@@ -52,41 +50,23 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 	perShard := make([]int64, p)
 	var oldest time.Time
 	var mu sync.Mutex
-	segments := s.opts.ScanConcurrency
-	err = parallel(ctx, segments, segments, func(ctx context.Context, seg int) error {
-		in := &dynamodb.ScanInput{
-			TableName:              s.table,
-			IndexName:              aws.String(s.opts.Indexes.Outstanding),
-			ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
-		}
-		if segments > 1 {
-			in.Segment, in.TotalSegments = aws.Int32(int32(seg)), aws.Int32(int32(segments))
-		}
-		for {
-			out, err := s.client.Scan(ctx, in, s.callOpts...)
-			if err != nil {
-				return fmt.Errorf("dynamodb: scan %s: %w", s.opts.Indexes.Outstanding, err)
+	err = s.scanSegments(ctx, dynamodb.ScanInput{IndexName: aws.String(s.opts.Indexes.Outstanding)}, func(_ int, out *dynamodb.ScanOutput, _ *dynamodb.ScanInput) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, item := range out.Items {
+			e := entryOf(item, attrOutstandingCreatedTime)
+			perTopic[e.Topic]++
+			if t, ok := topicOldest[e.Topic]; !ok || e.Time.Before(t) {
+				topicOldest[e.Topic] = e.Time
 			}
-			mu.Lock()
-			for _, item := range out.Items {
-				e := entryOf(item, attrOutstandingCreatedTime)
-				perTopic[e.Topic]++
-				if t, ok := topicOldest[e.Topic]; !ok || e.Time.Before(t) {
-					topicOldest[e.Topic] = e.Time
-				}
-				if e.Shard >= 0 && e.Shard < p {
-					perShard[e.Shard]++
-				}
-				if oldest.IsZero() || e.Time.Before(oldest) {
-					oldest = e.Time
-				}
+			if e.Shard >= 0 && e.Shard < p {
+				perShard[e.Shard]++
 			}
-			mu.Unlock()
-			if len(out.LastEvaluatedKey) == 0 {
-				return nil
+			if oldest.IsZero() || e.Time.Before(oldest) {
+				oldest = e.Time
 			}
-			in.ExclusiveStartKey = out.LastEvaluatedKey
 		}
+		return true
 	})
 	if err != nil {
 		return nil, err

@@ -19,8 +19,8 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-// Store is an outbox in one DynamoDB table. It implements [outbox.Store],
-// [outbox.StatusReader] and [outbox.DeadLetterStore], and offers the ADR's
+// Store is an outbox in one DynamoDB table. It implements [outbox.Store]
+// and [outbox.AdminStore] (status and dead letters), and offers the ADR's
 // operations (Outstanding, Dispatched, GetMany, MarkDispatched, Delete,
 // OutstandingCount) to applications that dispatch on their own.
 //

@@ -13,8 +13,6 @@ import (
 	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
-var _ outbox.AdminStore = (*Store)(nil)
-
 // CountDeadLetters returns how many dead letters match f (Limit and After
 // ignored). With a topic or key it counts on an index; with an error text
 // it reads every dead letter the other filters leave.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxrelay/outbox"
 )
 
@@ -35,26 +33,14 @@ func TestBacklogPlans(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.fillBacklog(t, 100000)
-	explain := func(sql string, args ...any) string {
-		t.Helper()
-		rows, err := b.store.Pool().Query(b.ctx, "EXPLAIN "+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
-	}
 	q := newBacklogSQL(b.store.n)
 	idx := b.opts.TablePrefix + "_messages_pending_idx"
-	plan := explain(q.heads)
+	plan := b.explain(t, q.heads)
 	t.Logf("heads:\n%s", plan)
 	if !strings.Contains(plan, "Index Scan using "+idx) || strings.Contains(plan, "Seq Scan on") && !strings.Contains(plan, "Seq Scan on "+b.opts.TablePrefix+"_meta") {
 		t.Errorf("heads does not probe %s once per partition:\n%s", idx, plan)
 	}
-	plan = explain(q.sample, 1000, outbox.BacklogTopicsMax+1)
+	plan = b.explain(t, q.sample, 1000, outbox.BacklogTopicsMax+1)
 	t.Logf("sample:\n%s", plan)
 	lines := strings.Split(plan, "\n")
 	limitAboveScan := false
@@ -66,7 +52,7 @@ func TestBacklogPlans(t *testing.T) {
 	if !limitAboveScan {
 		t.Errorf("sample does not stop its scan at the limit:\n%s", plan)
 	}
-	plan = explain(q.dead, 1000)
+	plan = b.explain(t, q.dead, 1000)
 	t.Logf("dead:\n%s", plan)
 	if !strings.Contains(plan, "Limit") {
 		t.Errorf("dead does not stop at the limit:\n%s", plan)

@@ -49,8 +49,8 @@
 // inserting transaction's ID and the previous fetch's snapshot),
 // outbox.UnorderedStore (the
 // seeds' FOR UPDATE SKIP LOCKED claim), outbox.Notifier (LISTEN),
-// outbox.Cleaner (retention), outbox.StatusReader and
-// outbox.DeadLetterStore. All expiry is judged by the database clock. Every
+// outbox.Cleaner (retention) and outbox.AdminStore (status and dead
+// letters). All expiry is judged by the database clock. Every
 // method does one round of I/O and never retries: the relay retries.
 //
 // Settling is fenced: a settlement is applied only while its lease row still

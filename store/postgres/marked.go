@@ -208,16 +208,7 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 		r.ID = uuid.Format(id.Bytes)
 		r.Partition, r.Seq, r.Topic, r.Key = int(part.Int32), seq.Int64, topic.String, key.String
 		r.CreatedAt, r.Attempts = created.Time, int(att.Int32)
-		r.Headers, r.DecodeError = decodeHeaders(r.ID, headers)
-		if next.Valid {
-			r.NextAttemptAt = next.Time
-		}
-		if lastErr != nil {
-			r.LastError = *lastErr
-		}
-		if r.Payload == nil {
-			r.Payload = []byte{}
-		}
+		setNullable(&r, headers, next, lastErr)
 		recs = append(recs, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -31,6 +31,14 @@ func scanRecord(row pgx.CollectableRow) (outbox.Record, error) {
 		return r, err
 	}
 	r.ID = uuid.Format(id)
+	setNullable(&r, headers, next, lastErr)
+	return r, nil
+}
+
+// setNullable sets the fields of r (its ID set) that come from nullable
+// columns: Headers (or DecodeError), NextAttemptAt, LastError, and an empty
+// Payload for NULL.
+func setNullable(r *outbox.Record, headers *string, next pgtype.Timestamptz, lastErr *string) {
 	r.Headers, r.DecodeError = decodeHeaders(r.ID, headers)
 	if next.Valid {
 		r.NextAttemptAt = next.Time
@@ -41,7 +49,6 @@ func scanRecord(row pgx.CollectableRow) (outbox.Record, error) {
 	if r.Payload == nil {
 		r.Payload = []byte{}
 	}
-	return r, nil
 }
 
 // decodeHeaders decodes a headers column. A value that is not a JSON object

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -350,7 +349,7 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text
 	// executions when it costs about what the custom plans did.
 	explain := func(sql string, args ...any) string {
 		t.Helper()
-		return explainGeneric(t, b, sql, args...)
+		return b.explainGeneric(t, sql, args...)
 	}
 	idx := b.opts.TablePrefix + "_messages_pending_idx"
 	parts, afters := []int32{0, 1, 2}, []int64{10, 20, 30}
@@ -387,72 +386,6 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text
 	if !strings.Contains(plan, idx) || strings.Contains(plan, "Seq Scan") {
 		t.Errorf("unsettled does not use %s:\n%s", idx, plan)
 	}
-}
-
-// explainGeneric prepares sql on one of the store's connections and
-// returns EXPLAIN EXECUTE of it with args under plan_cache_mode =
-// force_generic_plan: the generic plan, which the relay's statements run
-// once PostgreSQL has chosen it.
-func explainGeneric(t *testing.T, b *bundle, sql string, args ...any) string {
-	t.Helper()
-	conn, err := b.store.Pool().Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(b.ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Exec(b.ctx, "RESET plan_cache_mode") //nolint:errcheck // test cleanup
-	if _, err := conn.Exec(b.ctx, "PREPARE explained AS "+sql); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Exec(b.ctx, "DEALLOCATE explained") //nolint:errcheck // test cleanup
-	// EXECUTE takes literals, not parameters.
-	lits := make([]string, len(args))
-	for i, a := range args {
-		lits[i] = sqlLiteral(t, a)
-	}
-	rows, err := conn.Query(b.ctx, "EXPLAIN EXECUTE explained("+strings.Join(lits, ", ")+")")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(lines, "\n")
-}
-
-// sqlLiteral renders the test's argument types as SQL literals.
-func sqlLiteral(t *testing.T, a any) string {
-	t.Helper()
-	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-	array := func(elems []string) string { return quote("{" + strings.Join(elems, ",") + "}") }
-	switch v := a.(type) {
-	case int:
-		return strconv.Itoa(v)
-	case []int32:
-		e := make([]string, len(v))
-		for i, x := range v {
-			e[i] = strconv.Itoa(int(x))
-		}
-		return array(e)
-	case []int64:
-		e := make([]string, len(v))
-		for i, x := range v {
-			e[i] = strconv.FormatInt(x, 10)
-		}
-		return array(e)
-	case []string:
-		e := make([]string, len(v))
-		for i, x := range v {
-			e[i] = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(x) + `"`
-		}
-		return array(e)
-	}
-	t.Fatalf("sqlLiteral: %T", a)
-	return ""
 }
 
 func TestRequeueKeepsRewrittenID(t *testing.T) {

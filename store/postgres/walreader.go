@@ -46,6 +46,25 @@ func (s *WALStore) Start() {
 // the error that stops the reader (the slot lost, a setting to change) if
 // there is one, or ctx's.
 func (s *WALStore) WaitStreaming(ctx context.Context) error {
+	return s.waitRecv(ctx, func() (bool, error) {
+		switch {
+		case s.active:
+			return true, nil
+		case s.fatal != nil:
+			return false, s.fatal
+		case ctx.Err() != nil:
+			return false, fmt.Errorf("postgres: waiting to stream from slot %q: %w", s.w.Slot, ctx.Err())
+		case s.run == nil:
+			return false, fmt.Errorf("postgres: waiting to stream from slot %q: the reader is not running (call Start)", s.w.Slot)
+		}
+		return false, nil
+	})
+}
+
+// waitRecv waits until done, called with s.mu held at first and after
+// each broadcast of recvCond (ctx's end broadcasts too), says it is done
+// or fails.
+func (s *WALStore) waitRecv(ctx context.Context, done func() (bool, error)) error {
 	stop := context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		s.recvCond.Broadcast()
@@ -54,19 +73,12 @@ func (s *WALStore) WaitStreaming(ctx context.Context) error {
 	defer stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for !s.active {
-		if s.fatal != nil {
-			return s.fatal
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("postgres: waiting to stream from slot %q: %w", s.w.Slot, err)
-		}
-		if s.run == nil {
-			return fmt.Errorf("postgres: waiting to stream from slot %q: the reader is not running (call Start)", s.w.Slot)
+	for {
+		if ok, err := done(); ok || err != nil {
+			return err
 		}
 		s.recvCond.Wait()
 	}
-	return nil
 }
 
 // stopReader stops the reader, which confirms the settled position and
@@ -150,9 +162,7 @@ func (s *WALStore) deactivateLocked(err error) {
 		if s.buf != nil {
 			s.buf.reset(s.buf.confirmed)
 		}
-		for i := range s.leases {
-			s.leases[i].owner, s.leases[i].expires = "", time.Time{}
-		}
+		s.leases.Clear()
 	}
 	s.standby = errors.Is(err, errSlotBusy)
 	if err != nil && !s.standby && isFatal(err) {

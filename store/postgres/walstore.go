@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 
+	"github.com/outboxrelay/outbox/internal/leasetable"
 	"github.com/outboxrelay/outbox/internal/storepolicy"
 	"github.com/outboxrelay/outbox/internal/uuid"
 )
@@ -27,8 +28,6 @@ var (
 	_ outbox.Store             = (*WALStore)(nil)
 	_ outbox.CommitOrdered     = (*WALStore)(nil)
 	_ outbox.PartitionNotifier = (*WALStore)(nil)
-	_ outbox.StatusReader      = (*WALStore)(nil)
-	_ outbox.DeadLetterStore   = (*WALStore)(nil)
 	_ outbox.SlotReader        = (*WALStore)(nil)
 	_ outbox.AdminStore        = (*WALStore)(nil)
 )
@@ -49,9 +48,9 @@ var errSlotBusy = errors.New("the replication slot is active in another relay: s
 // commit order, into memory, where the relay's workers fetch and settle
 // them. It implements outbox.Store, outbox.CommitOrdered (Seq is commit
 // order, so the relay never sweeps), outbox.PartitionNotifier (each
-// captured message wakes its partition's worker), outbox.StatusReader,
-// outbox.SlotReader and outbox.DeadLetterStore (the dead-letter table of
-// the table mode, so `outbox dlq` works unchanged).
+// captured message wakes its partition's worker), outbox.SlotReader and
+// outbox.AdminStore (status, and the dead-letter table of the table mode,
+// so `outbox dlq` works unchanged).
 //
 // # One holder, standbys
 //
@@ -96,7 +95,7 @@ type WALStore struct {
 	epochs   int64      // slot acquisitions (status)
 	fatal    error      // why the reader cannot stream (slot lost, settings), if it cannot
 	standby  bool       // another relay holds the slot
-	leases   []walLease
+	leases   leasetable.Table
 	relays   map[string]time.Time
 	everLive bool // a node heartbeated since the reader started
 	run      *walRun
@@ -110,12 +109,6 @@ type WALStore struct {
 	statusSent atomic.Int64
 	settleMu   sync.Mutex // one Settle at a time: dead letters go in before their entries leave
 	closed     atomic.Bool
-}
-
-type walLease struct {
-	owner   string
-	epoch   int64
-	expires time.Time
 }
 
 type walRun struct {
@@ -264,7 +257,7 @@ func (s *WALStore) Partitions(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	if s.p == 0 {
 		s.p = p
-		s.leases = make([]walLease, p)
+		s.leases = leasetable.New(p)
 	}
 	s.mu.Unlock()
 	return p, nil
@@ -317,31 +310,7 @@ func (s *WALStore) AcquireLeases(ctx context.Context, node string, held []outbox
 		}
 		return nil, nil
 	}
-	now := time.Now()
-	var out []outbox.Lease
-	for _, h := range held {
-		if h.Partition < 0 || h.Partition >= len(s.leases) {
-			continue
-		}
-		l := &s.leases[h.Partition]
-		if l.owner == node && l.epoch == h.Epoch && l.expires.After(now) {
-			l.expires = now.Add(ttl)
-			out = append(out, h)
-		}
-	}
-	for p := range s.leases {
-		if want <= 0 {
-			break
-		}
-		l := &s.leases[p]
-		if l.owner != "" && l.expires.After(now) {
-			continue
-		}
-		l.owner, l.epoch, l.expires = node, l.epoch+1, now.Add(ttl)
-		out = append(out, outbox.Lease{Partition: p, Epoch: l.epoch})
-		want--
-	}
-	return out, nil
+	return s.leases.Acquire(node, held, want, ttl, time.Now()), nil
 }
 
 // ReleaseLeases hands back leases node holds with those epochs. Once no
@@ -353,7 +322,7 @@ func (s *WALStore) ReleaseLeases(ctx context.Context, node string, leases []outb
 		return err
 	}
 	s.mu.Lock()
-	s.releaseLocked(node, leases)
+	s.leases.Release(node, leases)
 	idle := s.idleLocked()
 	s.mu.Unlock()
 	if idle {
@@ -362,32 +331,12 @@ func (s *WALStore) ReleaseLeases(ctx context.Context, node string, leases []outb
 	return nil
 }
 
-func (s *WALStore) releaseLocked(node string, leases []outbox.Lease) {
-	for _, h := range leases {
-		if h.Partition < 0 || h.Partition >= len(s.leases) {
-			continue
-		}
-		l := &s.leases[h.Partition]
-		if l.owner == node && l.epoch == h.Epoch {
-			l.owner, l.expires = "", time.Time{}
-		}
-	}
-}
-
 // idleLocked reports whether the relays of this process are gone: none
 // alive (after one was), no lease held.
 func (s *WALStore) idleLocked() bool {
 	now := time.Now()
 	s.pruneRelays(now)
-	if !s.everLive || len(s.relays) > 0 {
-		return false
-	}
-	for _, l := range s.leases {
-		if l.owner != "" && l.expires.After(now) {
-			return false
-		}
-	}
-	return true
+	return s.everLive && len(s.relays) == 0 && s.leases.Held("", now) == 0
 }
 
 // Leave removes node's heartbeat and releases its leases with those
@@ -399,7 +348,7 @@ func (s *WALStore) Leave(ctx context.Context, node string, leases []outbox.Lease
 		return err
 	}
 	s.mu.Lock()
-	s.releaseLocked(node, leases)
+	s.leases.Release(node, leases)
 	delete(s.relays, node)
 	idle := s.idleLocked()
 	s.mu.Unlock()
@@ -468,11 +417,7 @@ func (s *WALStore) Settle(ctx context.Context, node string, settlements []outbox
 	defer s.settleMu.Unlock()
 
 	valid := func(st *outbox.Settlement) bool {
-		if !s.active || s.buf == nil || st.Partition < 0 || st.Partition >= len(s.leases) {
-			return false
-		}
-		l := s.leases[st.Partition]
-		return l.owner == node && l.epoch == st.Epoch
+		return s.active && s.buf != nil && s.leases.Holds(node, st.Lease)
 	}
 	// The dead letters, with what the buffer holds of them.
 	s.mu.Lock()
@@ -679,21 +624,15 @@ func (s *WALStore) Sync(ctx context.Context) error {
 	if err := s.tab.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
 		return wrapErr("sync", s.opts, err)
 	}
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.recvCond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.recv < lsn {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("postgres: sync: received up to %s, waiting for %s: %w", s.recv, lsn, err)
+	return s.waitRecv(ctx, func() (bool, error) {
+		if s.recv >= lsn {
+			return true, nil
 		}
-		s.recvCond.Wait()
-	}
-	return nil
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("postgres: sync: received up to %s, waiting for %s: %w", s.recv, lsn, err)
+		}
+		return false, nil
+	})
 }
 
 // Requeue moves the dead letters matching f back into the outbox: in one
@@ -790,11 +729,8 @@ func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
 		ps := &st.Partitions[i]
 		ps.Partition = i
 		if i < len(s.leases) {
-			l := s.leases[i]
-			ps.Epoch = l.epoch
-			if l.owner != "" && l.expires.After(now) {
-				ps.Owner, ps.LeaseExpiresAt = l.owner, l.expires
-			}
+			l := s.leases.Owner(i, now)
+			ps.Epoch, ps.Owner, ps.LeaseExpiresAt = l.Epoch, l.Owner, l.Expires
 		}
 		if s.buf == nil {
 			continue
@@ -830,13 +766,7 @@ func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
 	})
 	s.pruneRelays(now)
 	for node, exp := range s.relays {
-		rs := outbox.RelayStatus{Node: node, ExpiresAt: exp}
-		for _, l := range s.leases {
-			if l.owner == node && l.expires.After(now) {
-				rs.Partitions++
-			}
-		}
-		st.Relays = append(st.Relays, rs)
+		st.Relays = append(st.Relays, outbox.RelayStatus{Node: node, ExpiresAt: exp, Partitions: s.leases.Held(node, now)})
 	}
 	slices.SortFunc(st.Relays, func(a, b outbox.RelayStatus) int { return strings.Compare(a.Node, b.Node) })
 	return st, nil

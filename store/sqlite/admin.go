@@ -8,8 +8,6 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-var _ outbox.AdminStore = (*Store)(nil)
-
 // CountDeadLetters returns how many dead letters match f (Limit and After
 // ignored).
 func (s *Store) CountDeadLetters(ctx context.Context, f outbox.DeadLetterFilter) (int64, error) {

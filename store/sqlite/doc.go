@@ -5,8 +5,8 @@
 // The application writes messages with [Store.Write] (or the package-level
 // [Write]) in its own *sql.Tx; the relay drains them through the [Store],
 // which implements outbox.Store, outbox.UnorderedStore, outbox.Notifier,
-// outbox.PartitionNotifier, outbox.Cleaner, outbox.StatusReader and
-// outbox.DeadLetterStore.
+// outbox.PartitionNotifier, outbox.Cleaner and outbox.AdminStore (status
+// and dead letters).
 //
 //	s, err := sqlite.Open(ctx, "app.db", sqlite.Options{})
 //	…

@@ -20,13 +20,12 @@ import (
 
 // Compile-time checks of the abilities a Store offers.
 var (
-	_ outbox.Store           = (*Store)(nil)
-	_ outbox.UnorderedStore  = (*Store)(nil)
-	_ outbox.CommitOrdered   = (*Store)(nil)
-	_ outbox.Notifier        = (*Store)(nil)
-	_ outbox.Cleaner         = (*Store)(nil)
-	_ outbox.StatusReader    = (*Store)(nil)
-	_ outbox.DeadLetterStore = (*Store)(nil)
+	_ outbox.Store          = (*Store)(nil)
+	_ outbox.UnorderedStore = (*Store)(nil)
+	_ outbox.CommitOrdered  = (*Store)(nil)
+	_ outbox.Notifier       = (*Store)(nil)
+	_ outbox.Cleaner        = (*Store)(nil)
+	_ outbox.AdminStore     = (*Store)(nil)
 )
 
 // maxIdleConns is how many idle connections a database opened by Open
@@ -36,7 +35,7 @@ const maxIdleConns = 8
 // Store is the relay side of an SQLite outbox, and writes messages with
 // [Store.Write]. It implements outbox.Store, outbox.UnorderedStore,
 // outbox.Notifier, outbox.PartitionNotifier, outbox.Cleaner,
-// outbox.StatusReader and outbox.DeadLetterStore.
+// and outbox.AdminStore (status and dead letters).
 //
 // A Store is safe for concurrent use. Every method does one round of work
 // (one transaction at most) and never retries; the relay retries.
