@@ -364,7 +364,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 type capabilities struct {
 	late        lateMode          // how records committing below a cursor are found
 	marked      MarkedFetcher     // with lateMarked: the store's fetch with marks
-	notifier    PartitionNotifier // notifications, by partition or nil for any (nil: none)
+	notifier    PartitionNotifier // notifications (nil: none)
 	cleaner     Cleaner           // retention cleanup (nil: none)
 	unordered   UnorderedStore    // Ordering none (nil: unsupported)
 	health      HealthChecker     // the publisher's broker health (nil: unknown)
@@ -389,11 +389,7 @@ func capsOf(store Store, pub Publisher) capabilities {
 	} else if mf, ok := store.(MarkedFetcher); ok {
 		c.late, c.marked = lateMarked, mf
 	}
-	if pn, ok := store.(PartitionNotifier); ok {
-		c.notifier = pn
-	} else if n, ok := store.(Notifier); ok {
-		c.notifier = anyPartition{n}
-	}
+	c.notifier, _ = store.(PartitionNotifier)
 	c.cleaner, _ = store.(Cleaner)
 	c.unordered, _ = store.(UnorderedStore)
 	c.health, _ = pub.(HealthChecker)
@@ -411,23 +407,4 @@ func (c capabilities) sweepEvery(cfg Config) (every time.Duration, ok bool) {
 	default:
 		return cfg.SweepInterval, true
 	}
-}
-
-// anyPartition serves a plain Notifier as a PartitionNotifier whose every
-// notification is "any partition", so the relay has one notification path.
-type anyPartition struct{ n Notifier }
-
-func (a anyPartition) SubscribePartitions(ctx context.Context, fn func([]int)) error {
-	ch, err := a.n.Subscribe(ctx)
-	if err != nil {
-		return err
-	}
-	fn(nil) // subscribed: what committed before was not announced
-	for range ch {
-		fn(nil)
-	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.New("outbox: the store's notification channel closed")
 }

@@ -657,17 +657,22 @@ func TestOrderingNoneNotificationWakesOneWorker(t *testing.T) {
 	}
 }
 
-// plainNotifying exposes only Store and the plain Notifier of a memstore.
-type plainNotifying struct {
-	outbox.Store
-	outbox.Notifier
+// anyPartition is a PartitionNotifier that cannot name partitions: it
+// passes nil, "any partition", for every write.
+type anyPartition struct{ pn outbox.PartitionNotifier }
+
+func (a anyPartition) SubscribePartitions(ctx context.Context, fn func([]int)) error {
+	return a.pn.SubscribePartitions(ctx, func([]int) { fn(nil) })
 }
 
-// A store with plain notifications only (no partitions named) still wakes
-// the relay: it serves them as "any partition".
-func TestRelayWithPlainNotifier(t *testing.T) {
+// A store whose notifications name no partition (every one nil) still
+// wakes the relay: nil is "any partition".
+func TestRelayWithAnyPartitionNotifications(t *testing.T) {
 	ms := memstore.New(4, nil)
-	st := plainNotifying{Store: ms, Notifier: ms}
+	st := struct {
+		outbox.Store
+		outbox.PartitionNotifier
+	}{ms, anyPartition{ms}}
 	cfg := fastConfig()
 	cfg.PollInterval = time.Hour // only notifications can wake it
 	b := &broker{}

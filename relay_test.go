@@ -242,12 +242,12 @@ func TestNotificationsWakeTheRelay(t *testing.T) {
 		store func(*memstore.Store) outbox.Store
 	}{
 		{"partitions", func(st *memstore.Store) outbox.Store { return st }},
-		{"plain", func(st *memstore.Store) outbox.Store {
+		{"any partition", func(st *memstore.Store) outbox.Store {
 			return struct {
 				outbox.Store
-				outbox.Notifier
+				outbox.PartitionNotifier
 				outbox.MarkedFetcher
-			}{st, st, st}
+			}{st, anyPartition{st}, st}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -190,24 +190,12 @@ type Claim interface {
 	Release(ctx context.Context) error
 }
 
-// Notifier is implemented by stores that can signal new writes (LISTEN/NOTIFY
-// in PostgreSQL). The relay polls as well, so a notification is only a
-// latency hint. A store that can name the partitions written implements
-// PartitionNotifier instead (the relay prefers it); the relay serves a
-// Notifier as a PartitionNotifier whose every notification is nil, "any
-// partition".
-type Notifier interface {
-	// Subscribe returns a channel that receives a value, coalesced, when
-	// messages may have been written. It is closed when ctx ends or the
-	// subscription fails (the relay then falls back to polling and
-	// subscribes again later). The relay looks at every partition once
-	// Subscribe returned: writes committed before were not announced.
-	Subscribe(ctx context.Context) (<-chan struct{}, error)
-}
-
-// PartitionNotifier is implemented by stores whose notifications name the
-// partitions written (PostgreSQL's NOTIFY payload). The relay then wakes
-// only the workers owning them, and they fetch only those partitions.
+// PartitionNotifier is implemented by stores that can signal new writes
+// (LISTEN/NOTIFY in PostgreSQL), naming the partitions written when they
+// can (PostgreSQL's NOTIFY payload): the relay then wakes only the workers
+// owning them, and they fetch only those partitions. A store that cannot
+// name them passes nil, "any partition", every time. The relay polls as
+// well, so a notification is only a latency hint.
 type PartitionNotifier interface {
 	// SubscribePartitions calls fn, from one goroutine and in order, with
 	// the partitions of each write as it commits, until ctx ends (it then

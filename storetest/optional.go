@@ -342,37 +342,76 @@ func testDeadLetters(s *suite) {
 }
 
 func testSubscribe(s *suite) {
-	nt, ok := s.s.(outbox.Notifier)
+	pn, ok := s.s.(outbox.PartitionNotifier)
 	if !ok {
-		s.Skip("the store does not implement outbox.Notifier")
+		s.Skip("the store does not implement outbox.PartitionNotifier")
+	}
+	p, err := s.s.Partitions(s.ctx)
+	if err != nil {
+		s.Fatalf("Partitions: %v", err)
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	ch, err := nt.Subscribe(ctx)
-	if err != nil {
-		s.Fatalf("Subscribe: %v", err)
-	}
-	s.write(newMessages(2, "subscribe", "k")...)
+	var (
+		mu    sync.Mutex
+		calls [][]int
+	)
+	signal := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- pn.SubscribePartitions(ctx, func(ps []int) {
+			mu.Lock()
+			calls = append(calls, slices.Clone(ps))
+			mu.Unlock()
+			select {
+			case signal <- struct{}{}:
+			default:
+			}
+		})
+	}()
 	timer := time.NewTimer(waitTimeout)
 	defer timer.Stop()
-	select {
-	case _, ok := <-ch:
-		if !ok {
-			s.Fatalf("the subscription closed instead of signalling")
-		}
-	case <-timer.C:
-		s.Fatalf("no signal within %v of a committed write", waitTimeout)
-	}
-	cancel()
-	for {
-		select {
-		case _, ok := <-ch:
-			if !ok {
+	// wait waits for a call that match accepts.
+	wait := func(what string, match func(i int, ps []int) bool) {
+		for {
+			found := false
+			mu.Lock()
+			for i, ps := range calls {
+				found = found || match(i, ps)
+			}
+			mu.Unlock()
+			if found {
 				return
 			}
-		case <-timer.C:
-			s.Fatalf("the channel was not closed within %v of cancelling", waitTimeout)
+			select {
+			case <-signal:
+			case err := <-done:
+				s.Fatalf("SubscribePartitions returned %v before ctx ended (waiting for %s)", err, what)
+			case <-timer.C:
+				s.Fatalf("no %s within %v", what, waitTimeout)
+			}
 		}
+	}
+	wait("fn(nil) once subscribed", func(i int, ps []int) bool { return i == 0 })
+	mu.Lock()
+	first := calls[0]
+	mu.Unlock()
+	if first != nil {
+		s.Fatalf("first call fn(%v), want fn(nil) once subscribed (writes before were not announced)", first)
+	}
+	s.write(newMessages(2, "subscribe", "k")...)
+	want := outbox.PartitionOf("k", p)
+	wait("call naming the written partition (or nil)", func(i int, ps []int) bool {
+		return i > 0 && (ps == nil || slices.Contains(ps, want))
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.Errorf("SubscribePartitions returned %v after ctx ended, want nil", err)
+		}
+	case <-timer.C:
+		s.Fatalf("SubscribePartitions did not return within %v of cancelling", waitTimeout)
 	}
 }
 

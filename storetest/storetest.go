@@ -26,8 +26,9 @@
 // figures under the limit, a sample that says so above it),
 // outbox.AdminStore (status counts; dead letters listed, filtered by
 // topic, ID, key, error text and time, paged, counted, requeued and purged;
-// messages found by ID and key), outbox.Notifier (a
-// write signals), outbox.MarkedFetcher (without a mark it is Fetch; a mark
+// messages found by ID and key), outbox.PartitionNotifier (fn(nil)
+// once subscribed; a write signals its partition or nil; it returns nil
+// when ctx ends), outbox.MarkedFetcher (without a mark it is Fetch; a mark
 // does not bring back what its fetch saw; late commits below a cursor need
 // interleaved transactions, which a Harness cannot express: test them in
 // the store's own package). outbox.Cleaner is not checked: retention needs

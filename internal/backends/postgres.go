@@ -54,7 +54,7 @@ func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) 
 }
 
 // postgresStore adapts *postgres.Store's migration reports. The embedded
-// pointer keeps every optional ability (UnorderedStore, Notifier, Cleaner,
+// pointer keeps every optional ability (UnorderedStore, PartitionNotifier, Cleaner,
 // AdminStore) visible to type assertions.
 type postgresStore struct{ *postgres.Store }
 

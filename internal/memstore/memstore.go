@@ -32,7 +32,6 @@ type Store struct {
 	leases     leasetable.Table
 	relays     map[string]time.Time
 	locked     map[string]bool // claimed by an unordered claim
-	subs       []chan struct{}
 	psubs      []chan []int
 
 	// FailNext, when set, is returned (once) by the next call of the named
@@ -139,15 +138,8 @@ func (s *Store) Begin(msgs ...outbox.Message) (commit func(), err error) {
 				parts = append(parts, e.rec.Partition)
 			}
 		}
-		subs := slices.Clone(s.subs)
 		psubs := slices.Clone(s.psubs)
 		s.mu.Unlock()
-		for _, c := range subs {
-			select {
-			case c <- struct{}{}:
-			default:
-			}
-		}
 		for _, c := range psubs {
 			c <- parts // buffered generously; a test store, not a queue
 		}
@@ -452,35 +444,6 @@ func (c *claim) unlock() {
 	}
 }
 
-// Subscribe implements outbox.Notifier: commits wake subscribers.
-func (s *Store) Subscribe(ctx context.Context) (<-chan struct{}, error) {
-	in := make(chan struct{}, 1)
-	out := make(chan struct{}, 1)
-	s.mu.Lock()
-	s.subs = append(s.subs, in)
-	s.mu.Unlock()
-	go func() {
-		defer close(out)
-		defer func() {
-			s.mu.Lock()
-			s.subs = slices.DeleteFunc(s.subs, func(c chan struct{}) bool { return c == in })
-			s.mu.Unlock()
-		}()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-in:
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return out, nil
-}
-
 // SubscribePartitions implements outbox.PartitionNotifier.
 func (s *Store) SubscribePartitions(ctx context.Context, fn func([]int)) error {
 	c := make(chan []int, 1<<16)
@@ -506,7 +469,6 @@ func (s *Store) SubscribePartitions(ctx context.Context, fn func([]int)) error {
 var (
 	_ outbox.Store             = (*Store)(nil)
 	_ outbox.UnorderedStore    = (*Store)(nil)
-	_ outbox.Notifier          = (*Store)(nil)
 	_ outbox.MarkedFetcher     = (*Store)(nil)
 	_ outbox.PartitionNotifier = (*Store)(nil)
 )

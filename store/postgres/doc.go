@@ -48,7 +48,7 @@
 // that also returns rows committed late below a cursor, found through the
 // inserting transaction's ID and the previous fetch's snapshot),
 // outbox.UnorderedStore (the
-// seeds' FOR UPDATE SKIP LOCKED claim), outbox.Notifier (LISTEN),
+// seeds' FOR UPDATE SKIP LOCKED claim), outbox.PartitionNotifier (LISTEN),
 // outbox.Cleaner (retention) and outbox.AdminStore (status and dead
 // letters). All expiry is judged by the database clock. Every
 // method does one round of I/O and never retries: the relay retries.

@@ -16,16 +16,16 @@ import (
 
 // Compile-time checks of the abilities a Store offers.
 var (
-	_ outbox.Store          = (*Store)(nil)
-	_ outbox.UnorderedStore = (*Store)(nil)
-	_ outbox.Notifier       = (*Store)(nil)
-	_ outbox.Cleaner        = (*Store)(nil)
-	_ outbox.AdminStore     = (*Store)(nil)
+	_ outbox.Store             = (*Store)(nil)
+	_ outbox.UnorderedStore    = (*Store)(nil)
+	_ outbox.PartitionNotifier = (*Store)(nil)
+	_ outbox.Cleaner           = (*Store)(nil)
+	_ outbox.AdminStore        = (*Store)(nil)
 )
 
 // Store is the relay side of a PostgreSQL outbox. It implements
-// outbox.Store, outbox.UnorderedStore, outbox.Notifier, outbox.Cleaner,
-// and outbox.AdminStore (status and dead letters).
+// outbox.Store, outbox.UnorderedStore, outbox.PartitionNotifier,
+// outbox.Cleaner, and outbox.AdminStore (status and dead letters).
 //
 // A Store is safe for concurrent use. Every method does one round of I/O (a
 // single statement or one batch) and never retries; the relay retries.

@@ -4,7 +4,7 @@
 //
 // The application writes messages with [Store.Write] (or the package-level
 // [Write]) in its own *sql.Tx; the relay drains them through the [Store],
-// which implements outbox.Store, outbox.UnorderedStore, outbox.Notifier,
+// which implements outbox.Store, outbox.UnorderedStore,
 // outbox.PartitionNotifier, outbox.Cleaner and outbox.AdminStore (status
 // and dead letters).
 //

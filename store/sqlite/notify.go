@@ -9,10 +9,7 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-var (
-	_ outbox.Notifier          = (*Store)(nil)
-	_ outbox.PartitionNotifier = (*Store)(nil)
-)
+var _ outbox.PartitionNotifier = (*Store)(nil)
 
 // broadcaster is the in-process notification of new writes. A kick sends
 // a value to every Subscribe channel without blocking, coalesced in a
@@ -166,7 +163,8 @@ func (b *broadcaster) close() {
 	close(b.done)
 }
 
-// Subscribe implements outbox.Notifier for writes made in this process: the
+// Subscribe signals writes made in this process (the relay uses
+// SubscribePartitions, which names their partitions): the
 // returned channel receives a value, coalesced, when messages may have been
 // written. The channel is closed when ctx ends or the store is closed.
 //

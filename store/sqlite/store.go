@@ -20,12 +20,12 @@ import (
 
 // Compile-time checks of the abilities a Store offers.
 var (
-	_ outbox.Store          = (*Store)(nil)
-	_ outbox.UnorderedStore = (*Store)(nil)
-	_ outbox.CommitOrdered  = (*Store)(nil)
-	_ outbox.Notifier       = (*Store)(nil)
-	_ outbox.Cleaner        = (*Store)(nil)
-	_ outbox.AdminStore     = (*Store)(nil)
+	_ outbox.Store             = (*Store)(nil)
+	_ outbox.UnorderedStore    = (*Store)(nil)
+	_ outbox.CommitOrdered     = (*Store)(nil)
+	_ outbox.PartitionNotifier = (*Store)(nil)
+	_ outbox.Cleaner           = (*Store)(nil)
+	_ outbox.AdminStore        = (*Store)(nil)
 )
 
 // maxIdleConns is how many idle connections a database opened by Open
@@ -34,7 +34,7 @@ const maxIdleConns = 8
 
 // Store is the relay side of an SQLite outbox, and writes messages with
 // [Store.Write]. It implements outbox.Store, outbox.UnorderedStore,
-// outbox.Notifier, outbox.PartitionNotifier, outbox.Cleaner,
+// outbox.PartitionNotifier, outbox.Cleaner,
 // and outbox.AdminStore (status and dead letters).
 //
 // A Store is safe for concurrent use. Every method does one round of work
