@@ -96,6 +96,9 @@ func Blocked(destination string, err error) error {
 // IsBlocked reports whether err is or wraps a [BlockedError], and which
 // destination it names.
 func IsBlocked(err error) (destination string, ok bool) {
+	if err == nil {
+		return "", false // (errors.As would allocate b for every delivery)
+	}
 	var b *BlockedError
 	if errors.As(err, &b) {
 		return b.Destination, true

@@ -45,10 +45,6 @@ type partQueue struct {
 	// spilled collects the records dropped from memory when a key is held
 	// (see suspend); the worker takes them to re-read them later.
 	spilled []*Record
-	// unordered: the records have no key order to keep (a claim of
-	// ordering none): each has a queue of its own and is ready at once (the
-	// store gave it out as due).
-	unordered bool
 }
 
 func newPartQueue() partQueue {
@@ -64,17 +60,9 @@ func queueKey(rec *Record) string {
 	return rec.Key
 }
 
-// keyOf is the key rec is queued under in pq.
-func (pq *partQueue) keyOf(rec *Record) string {
-	if pq.unordered {
-		return "\x00" + rec.ID
-	}
-	return queueKey(rec)
-}
-
 // push appends rec behind the queued records of its key.
 func (pq *partQueue) push(rec *Record, now time.Time) {
-	k := pq.keyOf(rec)
+	k := queueKey(rec)
 	q := pq.queues[k]
 	if q == nil {
 		q = &keyQueue{key: k}
@@ -93,7 +81,7 @@ func (pq *partQueue) push(rec *Record, now time.Time) {
 // pushFront puts a failed record back at the head of its key's queue; its
 // key is no longer in flight.
 func (pq *partQueue) pushFront(rec *Record, now time.Time) {
-	k := pq.keyOf(rec)
+	k := queueKey(rec)
 	q := pq.queues[k]
 	if q == nil {
 		q = &keyQueue{key: k}
@@ -114,7 +102,7 @@ func (pq *partQueue) pushFront(rec *Record, now time.Time) {
 // in memory whatever its backlog, and the caller re-reads the rest from the
 // store when the key recovers.
 func (pq *partQueue) fail(rec *Record, now time.Time) (dropped []*Record) {
-	k := pq.keyOf(rec)
+	k := queueKey(rec)
 	q := pq.queues[k]
 	if q == nil {
 		q = &keyQueue{key: k}
@@ -143,7 +131,7 @@ func (pq *partQueue) isFailing(key string) bool {
 
 // done ends the flight of rec's key after rec was delivered or dead-lettered.
 func (pq *partQueue) done(rec *Record, now time.Time) {
-	k := pq.keyOf(rec)
+	k := queueKey(rec)
 	q := pq.queues[k]
 	if q == nil {
 		return
@@ -162,7 +150,7 @@ func (pq *partQueue) done(rec *Record, now time.Time) {
 
 // schedule files an idle, non-empty queue as ready or waiting.
 func (pq *partQueue) schedule(q *keyQueue, now time.Time) {
-	if q.recs[0].NextAttemptAt.After(now) && !pq.unordered {
+	if q.recs[0].NextAttemptAt.After(now) {
 		q.state = queueWaiting
 		pq.waiting = append(pq.waiting, q)
 		return
@@ -237,9 +225,9 @@ func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 // itself put back (pushFront, fail) or settled (done). The key stays in
 // flight until then.
 func (pq *partQueue) unshift(recs []*Record) {
-	q := pq.queues[pq.keyOf(recs[0])]
+	q := pq.queues[queueKey(recs[0])]
 	if q == nil {
-		q = &keyQueue{key: pq.keyOf(recs[0]), state: queueBusy}
+		q = &keyQueue{key: queueKey(recs[0]), state: queueBusy}
 		pq.queues[q.key] = q
 	}
 	q.recs = slices.Insert(q.recs, 0, recs...)
@@ -340,7 +328,7 @@ func (pq *partQueue) nextDue() time.Time {
 // has reports whether a record with that ID is queued (a linear search:
 // for the rare late record).
 func (pq *partQueue) has(rec *Record) bool {
-	if q := pq.queues[pq.keyOf(rec)]; q != nil {
+	if q := pq.queues[queueKey(rec)]; q != nil {
 		for _, r := range q.recs {
 			if r.ID == rec.ID {
 				return true

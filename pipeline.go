@@ -36,10 +36,10 @@ import (
 // confirms the slot when settlements are written, and copies none of the
 // pipeline. The SKIP LOCKED claim of ordering none (unordered.go) is the
 // second capture side: it feeds one claim at a time to a pipeline in
-// claims mode (records without key order, each published once per claim,
-// one publish in flight, the settlements handed back as soon as the claim
-// is published: see publishAll), and writes them in the claim's
-// transaction.
+// claims mode (see publishAll): the records have no key order to keep, so
+// they wait in one queue instead of per-key FIFOs; each is published once
+// per claim, in one call; the settlements are handed back as soon as the
+// claim is published, to be written in the claim's transaction.
 //
 // A pipeline belongs to one worker: its state is touched only by the
 // worker's goroutine; publishes and settlement writes run beside it and
@@ -74,8 +74,9 @@ type pipeline struct {
 	events chan workerEvent // publish and settle results, to the worker
 
 	// claims: fed one claim at a time by the SKIP LOCKED claim (ordering
-	// none): see publishAll.
+	// none), whose records wait in claimQ: see publishAll.
 	claims      bool
+	claimQ      []*Record
 	maxInFlight int // Publish calls in flight at most: InFlight, 1 for claims
 	perKey      int // records of a key in one Publish call (caps.keyPipeline; 1 for claims)
 
@@ -196,26 +197,17 @@ func (p *pipeline) reorder() {
 	}
 }
 
-// feed queues rec, read by the capture side, behind the records of its key.
-// A pipeline in claims mode opens the lane of a partition when its first
-// record comes: claims hold no lease (their row locks fence them).
+// feed queues rec, read by the capture side, behind the records of its key
+// (in claims mode, behind the claim's records).
 func (p *pipeline) feed(rec *Record, now time.Time) {
-	ln := p.lanes[rec.Partition]
-	if ln == nil && p.claims {
-		ln = newLane(Lease{Partition: rec.Partition})
-		ln.validUntil = time.Now().Add(claimLaneValidity)
-		ln.q.unordered = true
-		p.lanes[rec.Partition] = ln
-		p.reorder()
+	if p.claims {
+		p.claimQ = append(p.claimQ, rec)
+		return
 	}
-	if ln != nil {
+	if ln := p.lanes[rec.Partition]; ln != nil {
 		ln.q.push(rec, now)
 	}
 }
-
-// claimLaneValidity stands for a lease that never runs out: a claim's
-// records are locked until its transaction ends.
-const claimLaneValidity = 100 * 365 * 24 * time.Hour
 
 // known reports whether the pipeline holds rec: queued, in flight or being
 // settled.
@@ -429,12 +421,27 @@ func (p *pipeline) await() {
 	}
 }
 
-// abandon forgets every record (claims mode, killed): a publish still in
+// abandon forgets the claim (claims mode, killed): a publish still in
 // flight ends in the events buffer, unread.
 func (p *pipeline) abandon() {
-	clear(p.lanes)
+	clear(p.claimQ)
+	p.claimQ = nil
 	clear(p.settle)
-	p.order, p.inflight, p.settleN = p.order[:0], 0, 0
+	p.inflight, p.settleN = 0, 0
+}
+
+// buildClaim takes the claim's waiting records as one batch (claims mode).
+func (p *pipeline) buildClaim() [][]*Record {
+	n := min(len(p.claimQ), p.r.cfg.BatchSize)
+	if n == 0 || p.inflight >= p.maxInFlight {
+		return nil
+	}
+	batch := p.claimQ[:n:n]
+	p.claimQ = p.claimQ[n:]
+	if len(p.claimQ) == 0 {
+		p.claimQ = nil // the whole claim in one call, as usual
+	}
+	return [][]*Record{batch}
 }
 
 // unsettle counts n settlements of id as written (or dropped).
@@ -459,6 +466,9 @@ func (ln *lane) drained() bool {
 // the free slots, so that keys come back from the broker in small groups
 // and go out again at once instead of waiting for one large batch.
 func (p *pipeline) build(now time.Time) [][]*Record {
+	if p.claims {
+		return p.buildClaim()
+	}
 	cfg := p.r.cfg
 	free := p.maxInFlight - p.inflight
 	if free <= 0 {
@@ -483,7 +493,7 @@ func (p *pipeline) build(now time.Time) [][]*Record {
 		}
 		for _, rec := range ln.q.spilled {
 			// A key held for its blocked destination keeps only its head.
-			p.src.dropped(part, ln.q.keyOf(rec), []*Record{rec})
+			p.src.dropped(part, queueKey(rec), []*Record{rec})
 		}
 		clear(ln.q.spilled)
 		ln.q.spilled = ln.q.spilled[:0]
@@ -531,6 +541,10 @@ var errNotAttempted = errors.New("outbox: publish not started: its deadline pass
 // handle applies a publish result to the lanes and queues the settlement.
 func (p *pipeline) handle(res publishResult) {
 	p.inflight--
+	if p.claims {
+		p.handleClaim(res)
+		return
+	}
 	now := p.r.cfg.Now()
 	outcomes := make([]int, len(res.recs))
 	last := p.orphans(res, outcomes)
@@ -554,13 +568,8 @@ func (p *pipeline) handle(res publishResult) {
 		if _, blocked := IsBlocked(res.errs[i]); blocked {
 			// The destination, not the message: no attempt spent, nothing
 			// to settle. The record waits at the head of its key (alone in
-			// memory) for its destination to work again; a claim's record
-			// waits in the store.
-			if p.claims {
-				ln.q.done(rec, now)
-			} else {
-				p.src.dropped(rec.Partition, ln.q.keyOf(rec), ln.q.fail(rec, now))
-			}
+			// memory) for its destination to work again.
+			p.src.dropped(rec.Partition, queueKey(rec), ln.q.fail(rec, now))
 			outcomes[i] = -1
 			continue
 		}
@@ -586,21 +595,54 @@ func (p *pipeline) handle(res publishResult) {
 		p.settleN++
 		ln.settling[rec.ID]++
 		switch {
-		case p.claims:
-			// Published once per claim: its settlement says what comes next.
-			ln.q.done(rec, now)
 		case outcomes[i] == outcomeRetry:
 			// Retry later, holding back its key (and only its key: what is
 			// queued behind it leaves memory until it recovers).
-			p.src.dropped(rec.Partition, ln.q.keyOf(rec), ln.q.fail(rec, now))
+			p.src.dropped(rec.Partition, queueKey(rec), ln.q.fail(rec, now))
 		case outcomes[i] == outcomeDead:
 			// The key stays held until the dead-lettering is written.
 			ln.deadHeld[rec.ID] = rec
 		case last[i]:
 			ln.q.done(rec, now) // the broker has it: the key goes on
-			p.src.recovered(rec.Partition, ln.q.keyOf(rec))
+			p.src.recovered(rec.Partition, queueKey(rec))
 		}
 	}
+	p.report(res, outcomes, kept, now)
+}
+
+// handleClaim applies a publish result in claims mode: a record's outcome
+// goes in the claim's settlement and the record leaves the pipeline (the
+// store gives it out again when it is due); a blocked one is left as it
+// is, with no attempt spent; one never sent waits for the next call.
+func (p *pipeline) handleClaim(res publishResult) {
+	now := p.r.cfg.Now()
+	outcomes := make([]int, len(res.recs))
+	s := p.settle[0]
+	if s == nil {
+		s = &Settlement{}
+		p.settle[0] = s
+	}
+	kept := 0
+	for i, rec := range res.recs {
+		err := res.errs[i]
+		p.r.observe(rec, err, now)
+		outcomes[i] = -1
+		if err == errNotAttempted {
+			p.claimQ = append(p.claimQ, rec)
+			continue
+		}
+		if _, blocked := IsBlocked(err); blocked {
+			continue
+		}
+		outcomes[i] = p.r.outcome(rec, err, now, s)
+		p.settleN++
+		kept++
+	}
+	p.report(res, outcomes, kept, now)
+}
+
+// report counts the records of res that were settled (outcome ≥ 0).
+func (p *pipeline) report(res publishResult, outcomes []int, kept int, now time.Time) {
 	if kept < len(res.recs) {
 		recs, outs, errs := make([]*Record, 0, kept), make([]int, 0, kept), make([]error, 0, kept)
 		for i, o := range outcomes {
@@ -695,7 +737,7 @@ func (p *pipeline) settled(res settleResult) {
 			if rec := ln.deadHeld[f.ID]; rec != nil {
 				delete(ln.deadHeld, f.ID)
 				ln.q.done(rec, now) // written: the key goes on
-				p.src.recovered(s.Partition, ln.q.keyOf(rec))
+				p.src.recovered(s.Partition, queueKey(rec))
 			}
 		}
 	}
