@@ -460,17 +460,7 @@ func TestOrderingNone(t *testing.T) {
 	cfg.MaxAttempts = 100
 	startRelay(t, st, b, cfg)
 	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
-	seen := map[string]bool{}
-	for _, m := range b.delivered() {
-		seen[m.ID] = true
-	}
-	for _, ids := range written {
-		for _, id := range ids {
-			if !seen[id] {
-				t.Fatalf("%s lost", id)
-			}
-		}
-	}
+	checkNoneLost(t, written, b.delivered())
 }
 
 func TestNewRelayRejectsBadConfig(t *testing.T) {
