@@ -39,7 +39,8 @@ import (
 // claims mode (see publishAll): the records have no key order to keep, so
 // they wait in one queue instead of per-key FIFOs; each is published once
 // per claim, in one call; the settlements are handed back as soon as the
-// claim is published, to be written in the claim's transaction.
+// claim is published, to be written in the claim's transaction, and the
+// outcomes are counted once that committed.
 //
 // A pipeline belongs to one worker: its state is touched only by the
 // worker's goroutine; publishes and settlement writes run beside it and
@@ -77,6 +78,7 @@ type pipeline struct {
 	// none), whose records wait in claimQ: see publishAll.
 	claims      bool
 	claimQ      []*Record
+	claimCounts []claimCount
 	maxInFlight int // Publish calls in flight at most: InFlight, 1 for claims
 	perKey      int // records of a key in one Publish call (caps.keyPipeline; 1 for claims)
 
@@ -406,19 +408,35 @@ func (p *pipeline) publishAll(killCtx context.Context) bool {
 		}
 		p.await()
 	}
-	p.settleJobs <- settleJob{batch: p.takeSettlements()}
-	p.await()
+	// Written here, not by the settler: the claim waits for it anyway.
+	batch := p.takeSettlements()
+	notApplied := p.src.writeSettlements(killCtx, batch, 0)
+	p.settled(settleResult{batch: batch, fenced: notApplied})
+	if len(notApplied) == 0 {
+		// Counted once the claim's transaction committed.
+		for _, c := range p.claimCounts {
+			p.r.report(c.recs, c.outcomes, c.errs, c.took, c.now)
+		}
+	}
+	clear(p.claimCounts)
+	p.claimCounts = p.claimCounts[:0]
 	return true
 }
 
-// await applies the next publish or settle result (claims mode).
+// claimCount is a publish result of a claim, counted (Stats, events) once
+// the claim's settlement is written.
+type claimCount struct {
+	recs     []*Record
+	outcomes []int
+	errs     []error
+	took     time.Duration
+	now      time.Time
+}
+
+// await applies the next publish result (claims mode: the only events
+// are the claim's publishes).
 func (p *pipeline) await() {
-	switch ev := (<-p.events).(type) {
-	case publishResult:
-		p.handle(ev)
-	case settleResult:
-		p.settled(ev)
-	}
+	p.handle((<-p.events).(publishResult))
 }
 
 // abandon forgets the claim (claims mode, killed): a publish still in
@@ -426,6 +444,8 @@ func (p *pipeline) await() {
 func (p *pipeline) abandon() {
 	clear(p.claimQ)
 	p.claimQ = nil
+	clear(p.claimCounts)
+	p.claimCounts = p.claimCounts[:0]
 	clear(p.settle)
 	p.inflight, p.settleN = 0, 0
 }
@@ -607,7 +627,8 @@ func (p *pipeline) handle(res publishResult) {
 			p.src.recovered(rec.Partition, queueKey(rec))
 		}
 	}
-	p.report(res, outcomes, kept, now)
+	recs, outs, errs := settledOnly(res, outcomes, kept)
+	p.r.report(recs, outs, errs, res.took, now)
 }
 
 // handleClaim applies a publish result in claims mode: a record's outcome
@@ -638,21 +659,23 @@ func (p *pipeline) handleClaim(res publishResult) {
 		p.settleN++
 		kept++
 	}
-	p.report(res, outcomes, kept, now)
+	recs, outs, errs := settledOnly(res, outcomes, kept)
+	p.claimCounts = append(p.claimCounts, claimCount{recs, outs, errs, res.took, now})
 }
 
-// report counts the records of res that were settled (outcome ≥ 0).
-func (p *pipeline) report(res publishResult, outcomes []int, kept int, now time.Time) {
-	if kept < len(res.recs) {
-		recs, outs, errs := make([]*Record, 0, kept), make([]int, 0, kept), make([]error, 0, kept)
-		for i, o := range outcomes {
-			if o >= 0 {
-				recs, outs, errs = append(recs, res.recs[i]), append(outs, o), append(errs, res.errs[i])
-			}
-		}
-		res.recs, outcomes, res.errs = recs, outs, errs
+// settledOnly returns the records of res that have a settlement (outcome
+// ≥ 0; kept of them), with their outcomes and errors.
+func settledOnly(res publishResult, outcomes []int, kept int) ([]*Record, []int, []error) {
+	if kept == len(res.recs) {
+		return res.recs, outcomes, res.errs
 	}
-	p.r.report(res.recs, outcomes, res.errs, res.took, now)
+	recs, outs, errs := make([]*Record, 0, kept), make([]int, 0, kept), make([]error, 0, kept)
+	for i, o := range outcomes {
+		if o >= 0 {
+			recs, outs, errs = append(recs, res.recs[i]), append(outs, o), append(errs, res.errs[i])
+		}
+	}
+	return recs, outs, errs
 }
 
 // orphans applies the rule that keeps a key's order when several of its

@@ -30,7 +30,8 @@ func (c *claimSource) begin(claim Claim, n int) {
 
 // writeSettlements writes the claim's settlements in its transaction and
 // commits it, once: on failure it rolls back, and the claimed records
-// are claimed again later.
+// are claimed again later. A settlement not applied is reported as fenced
+// (the zero lease, the claim's).
 func (c *claimSource) writeSettlements(killCtx context.Context, batch []Settlement, _ time.Duration) []Lease {
 	r := c.r
 	var s Settlement
@@ -48,7 +49,7 @@ func (c *claimSource) writeSettlements(killCtx context.Context, batch []Settleme
 		c.failed = true
 		r.emit(Event{Kind: EventStoreError, Err: err})
 		r.log.Warn("settle failed; the batch will be published again", "err", err)
-		return nil
+		return []Lease{{}}
 	}
 	c.settled = len(s.Delivered) + len(s.Retry) + len(s.Dead)
 	r.emit(Event{Kind: EventSettled, Count: c.claimed, Duration: time.Since(start)})
@@ -72,7 +73,6 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	wake := r.wakes[i]
 	src := &claimSource{r: r}
 	pipe := newClaimsPipeline(r, src)
-	defer pipe.startSettler(killCtx)()
 	retry, blockedRounds := r.newRetrier(), 0
 	for ctx.Err() == nil {
 		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)

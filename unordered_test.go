@@ -39,16 +39,21 @@ func unorderedConfig() outbox.Config {
 }
 
 // A claim whose settle fails is rolled back: its records are claimed and
-// published again, none is lost.
+// published again, none is lost, and each is counted once.
 func TestOrderingNoneSettleFailureRepublishes(t *testing.T) {
 	st := memstore.New(4, nil)
 	written := writeKeys(t, st, 300, 10)
 	st.FailNext("ClaimSettle", errors.New("connection reset"))
 	b := &broker{}
-	startRelay(t, st, b, unorderedConfig())
+	r := startRelay(t, st, b, unorderedConfig())
 	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
 	got := b.delivered()
 	checkNoneLost(t, written, got)
+	// Counted once the claim committed: the rolled-back claim's messages
+	// count once, when published again.
+	if n := r.Stats().Published; n != 300 {
+		t.Errorf("Stats().Published = %d, want 300 (a claim is counted when its settle commits)", n)
+	}
 	seen := map[string]bool{}
 	for _, m := range got {
 		seen[m.ID] = true
