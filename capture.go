@@ -38,7 +38,7 @@ type poller struct {
 	sweeping   bool
 	sweepStart time.Time
 	lastSweep  time.Time
-	// gone holds the IDs whose delivery or dead-lettering was written while
+	// goneIDs holds the IDs whose delivery or dead-lettering was written while
 	// a fetch or sweep was in flight, with when: a read that started before
 	// may still return them, and must not queue them again.
 	goneIDs map[string]time.Time
@@ -108,7 +108,7 @@ func (c *poller) reorder() {
 // (fenced by the leases, merged with other workers' batches), retrying a
 // failed write with backoff until it succeeds or killCtx ends (the
 // messages then stay in the outbox and are published again later).
-func (c *poller) writeSettlements(killCtx context.Context, batch []Settlement, gather time.Duration) []Lease {
+func (c *poller) writeSettlements(killCtx context.Context, batch []Settlement, gather time.Duration) ([]Lease, bool) {
 	r := c.r
 	retry := r.newRetrier()
 	for {
@@ -122,16 +122,16 @@ func (c *poller) writeSettlements(killCtx context.Context, batch []Settlement, g
 				n += len(s.Delivered) + len(s.Retry) + len(s.Dead)
 			}
 			r.emit(Event{Kind: EventSettled, Count: n, Duration: time.Since(start)})
-			return out.fenced
+			return out.fenced, false
 		}
 		if killCtx.Err() != nil {
-			return nil
+			return nil, false
 		}
 		r.emit(Event{Kind: EventStoreError, Err: out.err})
 		d := retry.failed()
 		r.log.Warn("settle failed; retrying", "err", out.err, "attempt", retry.failures, "retry_in", d)
 		if !sleepCtx(killCtx, d) {
-			return nil
+			return nil, false
 		}
 	}
 }

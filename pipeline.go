@@ -19,10 +19,12 @@ import (
 //
 // The seam with a capture side:
 //
-//   - capture → pipeline: open and close a lane per leased partition
-//     (open, close); feed records in Seq order per partition (feed); ask
-//     whether a record is known (known, knownIDs), whether a key is failing
-//     (failing) and whether a lane wants more (wants).
+//   - capture → pipeline: feed records in Seq order per partition (feed);
+//     ask whether a record is known (known, knownIDs), whether a key is
+//     failing (failing) and whether a lane wants more (wants). The owner of
+//     the leases (the worker, from the coordinator's snapshots and the
+//     fenced leases a settle returns) opens and closes a lane and the
+//     capture's state of a partition together (open, close).
 //   - pipeline → capture (the source interface): write a batch of
 //     settlements and say which leases the store fenced (writeSettlements);
 //     the records whose delivery or dead-lettering was written (gone), so
@@ -38,9 +40,10 @@ import (
 // second capture side: it feeds one claim at a time to a pipeline in
 // claims mode (see publishAll): the records have no key order to keep, so
 // they wait in one queue instead of per-key FIFOs; each is published once
-// per claim, in one call; the settlements are handed back as soon as the
-// claim is published, to be written in the claim's transaction, and the
-// outcomes are counted once that committed.
+// per claim, in one call (a record never sent goes in the next); the
+// settlements are handed back as soon as the claim is published, to be
+// written in the claim's transaction, and the outcomes are counted once
+// that committed.
 //
 // A pipeline belongs to one worker: its state is touched only by the
 // worker's goroutine; publishes and settlement writes run beside it and
@@ -53,12 +56,13 @@ const minSplitBatch = 16
 // source is a capture side as the pipeline sees it: where the records came
 // from, and where their settlements go back to.
 type source interface {
-	// writeSettlements writes one batch of settlements (called by the
-	// pipeline's settler goroutine, not the worker's), retrying as its
-	// store needs until killCtx ends, and returns the leases the store
-	// found fenced. What it could not write stays in the outbox and is
-	// published again.
-	writeSettlements(killCtx context.Context, batch []Settlement, gather time.Duration) (fenced []Lease)
+	// writeSettlements writes one batch of settlements, retrying as its
+	// store allows until killCtx ends, and returns the leases the store
+	// found fenced, or rolledBack if none of the batch was applied (a
+	// claim's transaction). What it could not write stays in the outbox
+	// and is published again. The worker's settler goroutine calls it in
+	// key mode; publishAll, on the claim's goroutine, in claims mode.
+	writeSettlements(killCtx context.Context, batch []Settlement, gather time.Duration) (fenced []Lease, rolledBack bool)
 	// gone says that the delivery or dead-lettering of id was written.
 	gone(id string)
 	// dropped says that recs, records of key k in partition p, left memory
@@ -151,8 +155,9 @@ func newPipeline(r *Relay, src source, events chan workerEvent) *pipeline {
 
 // newClaimsPipeline returns a pipeline in claims mode (see publishAll).
 func newClaimsPipeline(r *Relay, src source) *pipeline {
-	p := newPipeline(r, src, make(chan workerEvent, 2))
+	p := newPipeline(r, src, make(chan workerEvent, 1))
 	p.claims, p.maxInFlight, p.perKey = true, 1, 1
+	p.settleJobs = nil // publishAll writes the claim's settlements itself
 	return p
 }
 
@@ -289,9 +294,7 @@ func (p *pipeline) canStart() bool {
 // do: write settlements that come due, or publish a retry that comes due.
 func (p *pipeline) nextWake(now time.Time, d time.Duration) time.Duration {
 	cfg := p.r.cfg
-	if p.settleN > 0 && !p.settlerBusy {
-		d = min(d, max(0, p.settleAt().Sub(now)))
-	}
+	d = p.settleDue(now, d)
 	// A retry coming due matters only if build can take it then: not with
 	// every publish slot busy (a result wakes the worker), nor with the
 	// settlements at their bound (the settler wakes it), nor for a
@@ -305,6 +308,14 @@ func (p *pipeline) nextWake(now time.Time, d time.Duration) time.Duration {
 				d = min(d, due.Sub(now))
 			}
 		}
+	}
+	return d
+}
+
+// settleDue is d, or less if queued settlements come due before.
+func (p *pipeline) settleDue(now time.Time, d time.Duration) time.Duration {
+	if p.settleN > 0 && !p.settlerBusy {
+		d = min(d, max(0, p.settleAt().Sub(now)))
 	}
 	return d
 }
@@ -379,7 +390,7 @@ func (p *pipeline) startSettler(killCtx context.Context) (stop func()) {
 // time, until its channel closes.
 func (p *pipeline) settler(killCtx context.Context) {
 	for job := range p.settleJobs {
-		fenced := p.src.writeSettlements(killCtx, job.batch, job.gather)
+		fenced, _ := p.src.writeSettlements(killCtx, job.batch, job.gather) // (the poller never rolls back)
 		p.events <- settleResult{batch: job.batch, fenced: fenced}
 	}
 }
@@ -410,9 +421,9 @@ func (p *pipeline) publishAll(killCtx context.Context) bool {
 	}
 	// Written here, not by the settler: the claim waits for it anyway.
 	batch := p.takeSettlements()
-	notApplied := p.src.writeSettlements(killCtx, batch, 0)
-	p.settled(settleResult{batch: batch, fenced: notApplied})
-	if len(notApplied) == 0 {
+	_, rolledBack := p.src.writeSettlements(killCtx, batch, 0)
+	p.settled(settleResult{batch: batch})
+	if !rolledBack {
 		// Counted once the claim's transaction committed.
 		for _, c := range p.claimCounts {
 			p.r.report(c.recs, c.outcomes, c.errs, c.took, c.now)
@@ -439,8 +450,8 @@ func (p *pipeline) await() {
 	p.handle((<-p.events).(publishResult))
 }
 
-// abandon forgets the claim (claims mode, killed): a publish still in
-// flight ends in the events buffer, unread.
+// abandon forgets the claim (claims mode, killed; nothing is in flight:
+// publishAll waits for every result).
 func (p *pipeline) abandon() {
 	clear(p.claimQ)
 	p.claimQ = nil
@@ -737,7 +748,8 @@ func (p *pipeline) orphans(res publishResult, outcomes []int) (last []bool) {
 }
 
 // settled applies what the settler wrote: the records are out of the
-// store's outbox (or updated), and the lanes of fenced leases are closed.
+// store's outbox (or updated). Settlements of fenced leases are not
+// applied: the worker closes their lanes (worker.drop).
 func (p *pipeline) settled(res settleResult) {
 	p.settlerBusy = false
 	p.settlerN = 0
@@ -763,14 +775,6 @@ func (p *pipeline) settled(res settleResult) {
 				p.src.recovered(s.Partition, queueKey(rec))
 			}
 		}
-	}
-	for _, l := range res.fenced {
-		if ln := p.lanes[l.Partition]; ln != nil && ln.lease.Epoch == l.Epoch {
-			p.close(l.Partition)
-		}
-	}
-	if len(res.fenced) > 0 {
-		p.reorder()
 	}
 }
 

@@ -22,11 +22,11 @@ type seamSource struct {
 	recov   []string            // keys that recovered
 }
 
-func (s *seamSource) writeSettlements(_ context.Context, batch []Settlement, _ time.Duration) []Lease {
+func (s *seamSource) writeSettlements(_ context.Context, batch []Settlement, _ time.Duration) ([]Lease, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.written = append(s.written, batch...)
-	return nil
+	return nil, false
 }
 
 func (s *seamSource) gone(id string) { s.goneIDs = append(s.goneIDs, id) }
@@ -188,7 +188,6 @@ func BenchmarkClaimsPublishAll(b *testing.B) {
 	src := &claimSource{r: r}
 	p := newClaimsPipeline(r, src)
 	ctx := context.Background()
-	defer p.startSettler(ctx)()
 	recs := make([]Record, cfg.BatchSize)
 	for i := range recs {
 		recs[i] = Record{Message: Message{ID: NewID(), Key: fmt.Sprint("k", i%1000), Topic: "t"}, Partition: i % 64, Seq: int64(i)}

@@ -114,6 +114,14 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		done:    make(chan struct{}),
 		reports: newLeaseReports(),
 	}
+	if caps.notifier == nil {
+		if _, ok := store.(interface {
+			Subscribe(context.Context) (<-chan struct{}, error)
+		}); ok {
+			// The plain outbox.Notifier of earlier versions: no longer used.
+			r.log.Warn("the store has Subscribe but not SubscribePartitions: the relay only polls (every Config.PollInterval); implement outbox.PartitionNotifier, passing nil when the partitions written are not known")
+		}
+	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
 	r.caps = caps
 	r.calls = newStoreCalls(r)

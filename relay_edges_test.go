@@ -665,6 +665,35 @@ func (a anyPartition) SubscribePartitions(ctx context.Context, fn func([]int)) e
 	return a.pn.SubscribePartitions(ctx, func([]int) { fn(nil) })
 }
 
+// plainSubscriber has the plain Subscribe of the Notifier interface that
+// earlier versions used, and no SubscribePartitions.
+type plainSubscriber struct{ outbox.Store }
+
+func (plainSubscriber) Subscribe(context.Context) (<-chan struct{}, error) {
+	return make(chan struct{}), nil
+}
+
+// A store with only the old plain Subscribe is told, once, that the relay
+// will only poll and what to implement instead.
+func TestRelayWarnsOfPlainSubscribe(t *testing.T) {
+	cfg := fastConfig()
+	var logs countingHandler
+	cfg.Logger = slog.New(&logs)
+	if _, err := outbox.NewRelay(plainSubscriber{memstore.New(4, nil)}, &broker{}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.count("implement outbox.PartitionNotifier"); n != 1 {
+		t.Fatalf("%d warnings naming PartitionNotifier, want 1", n)
+	}
+	logs = countingHandler{}
+	if _, err := outbox.NewRelay(memstore.New(4, nil), &broker{}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.count("PartitionNotifier"); n != 0 {
+		t.Fatalf("%d warnings for a store with SubscribePartitions, want none", n)
+	}
+}
+
 // A store whose notifications name no partition (every one nil) still
 // wakes the relay: nil is "any partition".
 func TestRelayWithAnyPartitionNotifications(t *testing.T) {

@@ -30,9 +30,8 @@ func (c *claimSource) begin(claim Claim, n int) {
 
 // writeSettlements writes the claim's settlements in its transaction and
 // commits it, once: on failure it rolls back, and the claimed records
-// are claimed again later. A settlement not applied is reported as fenced
-// (the zero lease, the claim's).
-func (c *claimSource) writeSettlements(killCtx context.Context, batch []Settlement, _ time.Duration) []Lease {
+// are claimed again later (rolledBack).
+func (c *claimSource) writeSettlements(killCtx context.Context, batch []Settlement, _ time.Duration) (fenced []Lease, rolledBack bool) {
 	r := c.r
 	var s Settlement
 	for _, b := range batch {
@@ -49,11 +48,11 @@ func (c *claimSource) writeSettlements(killCtx context.Context, batch []Settleme
 		c.failed = true
 		r.emit(Event{Kind: EventStoreError, Err: err})
 		r.log.Warn("settle failed; the batch will be published again", "err", err)
-		return []Lease{{}}
+		return nil, true
 	}
 	c.settled = len(s.Delivered) + len(s.Retry) + len(s.Dead)
 	r.emit(Event{Kind: EventSettled, Count: c.claimed, Duration: time.Since(start)})
-	return nil
+	return nil, false
 }
 
 // A claim's records are settled in its transaction, and none stays in

@@ -168,13 +168,17 @@ func TestOrderingNoneBlockedAndPermanent(t *testing.T) {
 
 // A relay of ordering none killed while a claim's publish hangs (Stop
 // after ShutdownTimeout) abandons the claim: its rows are released, not
-// settled, and the next relay publishes every message.
+// settled (the kill is not the messages' failure: with MaxAttempts 1 none
+// is dead-lettered), and the next relay publishes every message. (The old
+// loop settled the kill's errors with a store that ignores the dead
+// context, such as this one: 64 dead letters.)
 func TestOrderingNoneKilledMidPublish(t *testing.T) {
 	st := memstore.New(4, nil)
 	written := writeKeys(t, st, 100, 10)
 	b := &broker{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	cfg := unorderedConfig()
 	cfg.ShutdownTimeout = 50 * time.Millisecond
+	cfg.MaxAttempts = 1
 	r := startRelay(t, st, b, cfg)
 	<-b.entered
 	if err := r.Stop(); !errors.Is(err, outbox.ErrShutdownTimeout) {
@@ -183,6 +187,9 @@ func TestOrderingNoneKilledMidPublish(t *testing.T) {
 	close(b.gate)
 	if n := st.Outstanding(); n != 100 {
 		t.Fatalf("%d messages left in the outbox after the kill, want all 100 (none was acknowledged)", n)
+	}
+	if n, dead := len(st.Dead()), r.Stats().DeadLettered; n != 0 || dead != 0 {
+		t.Fatalf("%d dead letters (Stats %d) after the kill, want none: the claim is abandoned, not settled", n, dead)
 	}
 	b2 := &broker{}
 	startRelay(t, st, b2, unorderedConfig())

@@ -171,13 +171,16 @@ func (res sweepResult) apply(ctx context.Context, w *worker) {
 	w.capture.swept(ctx, res)
 }
 
-// nextWake is how long an idle worker may sleep.
+// nextWake is how long an idle worker may sleep. While the store backs
+// off, work starts nothing (no poll, sweep or publish), so only the end of
+// the backoff and settlements coming due can wake it: an overdue poll or a
+// due retry used to wake it every millisecond until then.
 func (w *worker) nextWake(now time.Time) time.Duration {
+	if now.Before(w.retryStore) {
+		return max(w.pipe.settleDue(now, w.retryStore.Sub(now)), time.Millisecond)
+	}
 	d := w.capture.nextWake(now, w.r.cfg.PollInterval, w.pipe.canStart())
 	d = w.pipe.nextWake(now, d)
-	if !w.retryStore.IsZero() && w.retryStore.After(now) {
-		d = min(d, w.retryStore.Sub(now))
-	}
 	return max(d, time.Millisecond)
 }
 
@@ -212,17 +215,25 @@ func (w *worker) settled(res settleResult) {
 	if len(res.fenced) == 0 {
 		return
 	}
+	w.drop(res.fenced)
+}
+
+// drop closes both sides of leases a settle found fenced, and tells the
+// coordinator.
+func (w *worker) drop(fenced []Lease) {
 	r := w.r
-	r.fenced.Add(int64(len(res.fenced)))
-	r.emit(Event{Kind: EventFenced, Count: len(res.fenced)})
-	r.log.Warn("partitions lost to another relay", "leases", res.fenced)
-	r.reports.lost(res.fenced)
-	for _, l := range res.fenced {
+	r.fenced.Add(int64(len(fenced)))
+	r.emit(Event{Kind: EventFenced, Count: len(fenced)})
+	r.log.Warn("partitions lost to another relay", "leases", fenced)
+	r.reports.lost(fenced)
+	for _, l := range fenced {
 		w.fenced[l.Partition] = l.Epoch
-		if cs := w.capture.parts[l.Partition]; cs != nil && cs.lease.Epoch == l.Epoch {
+		if ln := w.pipe.lanes[l.Partition]; ln != nil && ln.lease.Epoch == l.Epoch {
+			w.pipe.close(l.Partition)
 			w.capture.close(l.Partition)
 		}
 	}
+	w.pipe.reorder()
 	w.capture.reorder()
 }
 

@@ -87,6 +87,32 @@ func TestNextWakeOverduePoll(t *testing.T) {
 	}
 }
 
+// While the store backs off, the worker starts nothing (no poll, sweep or
+// publish): an overdue poll or a due retry must not wake it before the
+// backoff ends; settlements coming due still do. (It used to wake every
+// millisecond for the whole backoff.)
+func TestNextWakeDuringStoreBackoff(t *testing.T) {
+	cfg := Config{PollInterval: time.Second, SweepInterval: time.Hour}.WithDefaults()
+	r := &Relay{cfg: cfg, store: storeStub{}}
+	now := time.Now()
+	w := newWorker(r, 0, nil)
+	ln := newLane(Lease{})
+	ln.validUntil = now.Add(time.Hour)
+	rec := &Record{Message: Message{ID: NewID(), Key: "k"}, NextAttemptAt: now.Add(time.Minute)}
+	ln.q.push(rec, now)
+	rec.NextAttemptAt = now.Add(-time.Second) // a retry due now
+	w.pipe.lanes[0] = ln
+	w.retryStore = now.Add(2 * time.Second) // lastPoll is zero: a poll is overdue too
+	if got := w.nextWake(now); got != 2*time.Second {
+		t.Errorf("nextWake = %v during a 2s store backoff, want 2s", got)
+	}
+	w.pipe.settle[0] = &Settlement{Delivered: []string{"x"}}
+	w.pipe.settleN, w.pipe.settleSince = 1, now
+	if got, due := w.nextWake(now), w.pipe.settleAt().Sub(now); got != max(due, time.Millisecond) {
+		t.Errorf("nextWake = %v with settlements due in %v during the backoff, want %v", got, due, due)
+	}
+}
+
 // countPub counts Publish calls.
 type countPub struct{ calls int }
 
