@@ -75,15 +75,15 @@ type cursorState struct {
 	recov map[string]bool
 }
 
-func newPoller(r *Relay, index int, events chan<- workerEvent) *poller {
+func newPoller(r *Relay, index int, events chan<- workerEvent, failed func(op string, err error), ok func()) *poller {
 	return &poller{
 		r:       r,
 		index:   index,
 		events:  events,
 		parts:   map[int]*cursorState{},
 		goneIDs: map[string]time.Time{},
-		failed:  func(string, error) {},
-		ok:      func() {},
+		failed:  failed,
+		ok:      ok,
 	}
 }
 

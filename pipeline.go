@@ -92,7 +92,7 @@ type pipeline struct {
 
 	inflight int  // Publish calls in flight
 	shedding bool // some lane is being handed back
-	stopping bool // shutting down: settle at once
+	stopping bool // shutting down: nothing new starts, settle at once
 
 	settle  map[int]*Settlement // per partition, waiting to be written
 	settleN int

@@ -27,10 +27,9 @@ type worker struct {
 
 	// events brings every result of work done beside the loop: publishes,
 	// settles, fetches and sweeps (see workerEvent).
-	events   chan workerEvent
-	pipe     *pipeline
-	capture  *poller
-	stopping bool // shutting down: nothing new starts
+	events  chan workerEvent
+	pipe    *pipeline
+	capture *poller
 
 	storeRetry retrier
 	retryStore time.Time // no store call before this after a failure
@@ -47,10 +46,9 @@ func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
 		fenced:     map[int]int64{},
 		storeRetry: r.newRetrier(),
 	}
-	w.capture = newPoller(r, index, w.events)
+	w.capture = newPoller(r, index, w.events, w.storeFailed, w.storeOK)
 	w.pipe = newPipeline(r, w.capture, w.events)
 	w.capture.pipe = w.pipe
-	w.capture.failed, w.capture.ok = w.storeFailed, w.storeOK
 	return w
 }
 
@@ -61,16 +59,16 @@ func (w *worker) run(ctx, killCtx context.Context) {
 	done := ctx.Done()
 	for {
 		w.absorb(ctx)
-		if !w.stopping && ctx.Err() != nil {
+		if !w.pipe.stopping && ctx.Err() != nil {
 			// Shutdown: nothing new starts; wait for what is in flight,
 			// then settle it at once.
-			w.stopping, w.pipe.stopping = true, true
+			w.pipe.stopping = true
 			done = nil
 		}
 		w.pipe.startSettle()
 		var timer *time.Timer
 		var timeout <-chan time.Time
-		if w.stopping {
+		if w.pipe.stopping {
 			if !w.busy() {
 				return
 			}
@@ -102,7 +100,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 // receiver, so taking len of them never blocks). While running it first
 // tells the coordinator which partitions being handed back are drained.
 func (w *worker) absorb(ctx context.Context) {
-	if !w.stopping {
+	if !w.pipe.stopping {
 		w.pipe.drained(w.r.reports.shedDrained)
 		if snap := w.leases.Swap(nil); snap != nil {
 			w.syncLeases(*snap)
@@ -156,7 +154,7 @@ func (res publishResult) apply(_ context.Context, w *worker) { w.pipe.handle(res
 func (res settleResult) apply(_ context.Context, w *worker)  { w.settled(res) }
 
 func (res fetchResult) apply(_ context.Context, w *worker) {
-	if w.stopping {
+	if w.pipe.stopping {
 		w.capture.fetching = false // shutting down: drop it
 		return
 	}
@@ -164,7 +162,7 @@ func (res fetchResult) apply(_ context.Context, w *worker) {
 }
 
 func (res sweepResult) apply(ctx context.Context, w *worker) {
-	if w.stopping {
+	if w.pipe.stopping {
 		w.capture.sweeping = false
 		return
 	}
