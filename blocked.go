@@ -84,6 +84,34 @@ func (d *destinations) hold(topic string, now time.Time, claim bool) time.Time {
 	return now
 }
 
+// paused returns the blocked destinations whose records must not be
+// claimed now: no probe of theirs is due (ordering none claims the others,
+// and takes a paused destination's records again when its probe is due).
+func (d *destinations) paused(now time.Time) []string {
+	if d.n.Load() == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for topic, s := range d.m {
+		if s.probing && now.Sub(s.probeStart) < d.probeStale || now.Before(s.NextProbe) {
+			out = append(out, topic)
+		}
+	}
+	return out
+}
+
+// isBlocked reports whether topic is blocked now.
+func (d *destinations) isBlocked(topic string) bool {
+	if d.n.Load() == 0 {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.m[topic] != nil
+}
+
 // blocked records a publish refused for its destination.
 func (d *destinations) blocked(topic string, err error, now time.Time) {
 	d.mu.Lock()

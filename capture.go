@@ -182,7 +182,7 @@ func (c *poller) recovered(p int, k string) {
 // failing: above the key's truncation point, or any new record of a
 // failing key (which then starts a truncation).
 func (c *poller) held(cs *cursorState, rec *Record) bool {
-	k := queueKey(rec)
+	k := c.r.queueKey(rec)
 	if after, ok := cs.trunc[k]; ok {
 		return rec.Seq > after
 	}

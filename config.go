@@ -32,6 +32,36 @@ func ParseOrdering(s string) (Ordering, error) {
 	return "", fmt.Errorf("ordering must be %q or %q, got %q", OrderingKey, OrderingNone, s)
 }
 
+// OrderScope says which messages [OrderingKey] keeps in order.
+type OrderScope string
+
+const (
+	// OrderScopeTopic (the default) keeps the order of the messages of one
+	// key to one destination (topic): a key's messages to another topic go
+	// on while one destination is blocked or one of its messages fails.
+	// Consumers see a key's messages in order on each topic, which is all
+	// a consumer of a topic (a Kafka topic, a JetStream subject, a
+	// RabbitMQ routing key) can observe.
+	OrderScopeTopic OrderScope = "topic"
+	// OrderScopeKey keeps the order of a key's messages across every
+	// topic: a key's message to one topic waits for its earlier message to
+	// another. Choose it when one consumer reads several topics as one
+	// ordered log (a JetStream stream over several subjects, a RabbitMQ
+	// queue bound to several routing keys) and needs their order; then a
+	// blocked destination or a failing message holds back the key's
+	// messages to every topic.
+	OrderScopeKey OrderScope = "key"
+)
+
+// ParseOrderScope parses "topic" or "key".
+func ParseOrderScope(s string) (OrderScope, error) {
+	switch OrderScope(s) {
+	case OrderScopeTopic, OrderScopeKey:
+		return OrderScope(s), nil
+	}
+	return "", fmt.Errorf("order scope must be %q (a key's messages per topic) or %q (a key's messages across topics), got %q", OrderScopeTopic, OrderScopeKey, s)
+}
+
 // PermanentPolicy says what the relay does with a message that failed
 // permanently (the broker can never take it: too large, invalid).
 type PermanentPolicy string
@@ -107,6 +137,10 @@ type Config struct {
 	Node string
 	// Ordering is OrderingKey (default) or OrderingNone.
 	Ordering Ordering
+	// OrderScope is what OrderingKey keeps in order: a key's messages per
+	// topic (OrderScopeTopic, the default) or across topics
+	// (OrderScopeKey).
+	OrderScope OrderScope
 	// Workers is how many batches are built and published concurrently.
 	Workers int
 	// BatchSize bounds the messages in one Publish call.
@@ -191,6 +225,7 @@ func (c Config) WithDefaults() Config {
 		c.Node = cmp.Or(host, "relay") + "-" + strconv.Itoa(os.Getpid()) + "-" + NewID()[24:32]
 	}
 	c.Ordering = cmp.Or(c.Ordering, OrderingKey)
+	c.OrderScope = cmp.Or(c.OrderScope, OrderScopeTopic)
 	c.OnPermanent = cmp.Or(c.OnPermanent, PermanentDeadLetter)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
@@ -227,6 +262,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	if _, err := ParseOrdering(string(c.Ordering)); err != nil {
 		return fmt.Errorf("outbox: Config.Ordering: %w", err)
+	}
+	if _, err := ParseOrderScope(string(c.OrderScope)); err != nil {
+		return fmt.Errorf("outbox: Config.OrderScope: %w", err)
 	}
 	if _, err := ParsePermanentPolicy(string(c.OnPermanent)); err != nil {
 		return fmt.Errorf("outbox: Config.OnPermanent: %w", err)

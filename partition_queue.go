@@ -33,6 +33,7 @@ const (
 // the keys waiting for a retry time. Taking a batch costs what it takes,
 // not what is pending. Not safe for concurrent use: it belongs to a worker.
 type partQueue struct {
+	keyOf   func(*Record) string // the queue key of a record (queueKeyOf)
 	queues  map[string]*keyQueue
 	ready   []*keyQueue
 	waiting []*keyQueue
@@ -43,26 +44,47 @@ type partQueue struct {
 	// asking may become its destination's probe.
 	hold func(rec *Record, now time.Time, claim bool) time.Time
 	// spilled collects the records dropped from memory when a key is held
-	// (see suspend); the worker takes them to re-read them later.
+	// (see suspend and park); the worker takes them to re-read them later.
 	spilled []*Record
+	// kept names, per blocked destination (topic), the one key whose head
+	// stays in memory to wait for it (and probe it); parked lists the
+	// other keys held for it, whose records all left memory (park) and
+	// are read again once the destination works (unpark). A blocked
+	// destination thus keeps one record of a partition in memory however
+	// many of its keys wait, and the partition is fetched on for the
+	// others.
+	kept   map[string]string
+	parked map[string][]string
 }
 
-func newPartQueue() partQueue {
-	return partQueue{queues: map[string]*keyQueue{}}
+func newPartQueue(keyOf func(*Record) string) partQueue {
+	return partQueue{queues: map[string]*keyQueue{}, keyOf: keyOf, kept: map[string]string{}, parked: map[string][]string{}}
 }
 
-// queueKey is the key a record is queued under. Records without a key have
-// no order, so each gets a queue of its own.
-func queueKey(rec *Record) string {
-	if rec.Key == "" {
-		return "\x00" + rec.ID
+// queueKeyOf returns the function giving the key a record is queued
+// under: its key, with its topic in front under OrderScopeTopic (a key's
+// messages to different topics are independent). Records without a key
+// have no order, so each gets a queue of its own.
+func queueKeyOf(scope OrderScope) func(*Record) string {
+	if scope == OrderScopeKey {
+		return func(rec *Record) string {
+			if rec.Key == "" {
+				return "\x00" + rec.ID
+			}
+			return rec.Key
+		}
 	}
-	return rec.Key
+	return func(rec *Record) string {
+		if rec.Key == "" {
+			return "\x00" + rec.ID
+		}
+		return rec.Topic + "\x00" + rec.Key
+	}
 }
 
 // push appends rec behind the queued records of its key.
 func (pq *partQueue) push(rec *Record, now time.Time) {
-	k := queueKey(rec)
+	k := pq.keyOf(rec)
 	q := pq.queues[k]
 	if q == nil {
 		q = &keyQueue{key: k}
@@ -81,7 +103,7 @@ func (pq *partQueue) push(rec *Record, now time.Time) {
 // pushFront puts a failed record back at the head of its key's queue; its
 // key is no longer in flight.
 func (pq *partQueue) pushFront(rec *Record, now time.Time) {
-	k := queueKey(rec)
+	k := pq.keyOf(rec)
 	q := pq.queues[k]
 	if q == nil {
 		q = &keyQueue{key: k}
@@ -102,7 +124,7 @@ func (pq *partQueue) pushFront(rec *Record, now time.Time) {
 // in memory whatever its backlog, and the caller re-reads the rest from the
 // store when the key recovers.
 func (pq *partQueue) fail(rec *Record, now time.Time) (dropped []*Record) {
-	k := queueKey(rec)
+	k := pq.keyOf(rec)
 	q := pq.queues[k]
 	if q == nil {
 		q = &keyQueue{key: k}
@@ -131,7 +153,7 @@ func (pq *partQueue) isFailing(key string) bool {
 
 // done ends the flight of rec's key after rec was delivered or dead-lettered.
 func (pq *partQueue) done(rec *Record, now time.Time) {
-	k := queueKey(rec)
+	k := pq.keyOf(rec)
 	q := pq.queues[k]
 	if q == nil {
 		return
@@ -173,7 +195,13 @@ func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 	if len(pq.waiting) > 0 {
 		kept := pq.waiting[:0]
 		for _, q := range pq.waiting {
-			if q.recs[0].NextAttemptAt.After(now) || pq.held(q, now, false) {
+			if pq.held(q, now, false) {
+				if pq.keeps(q) {
+					kept = append(kept, q)
+				}
+				continue
+			}
+			if q.recs[0].NextAttemptAt.After(now) {
 				kept = append(kept, q)
 				continue
 			}
@@ -189,9 +217,11 @@ func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 		q := pq.ready[taken]
 		taken++
 		if pq.held(q, now, true) {
-			pq.suspend(q)
-			q.state = queueWaiting
-			pq.waiting = append(pq.waiting, q)
+			if pq.keeps(q) {
+				pq.suspend(q)
+				q.state = queueWaiting
+				pq.waiting = append(pq.waiting, q)
+			}
 			continue
 		}
 		n := 1
@@ -225,9 +255,9 @@ func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 // itself put back (pushFront, fail) or settled (done). The key stays in
 // flight until then.
 func (pq *partQueue) unshift(recs []*Record) {
-	q := pq.queues[queueKey(recs[0])]
+	q := pq.queues[pq.keyOf(recs[0])]
 	if q == nil {
-		q = &keyQueue{key: queueKey(recs[0]), state: queueBusy}
+		q = &keyQueue{key: pq.keyOf(recs[0]), state: queueBusy}
 		pq.queues[q.key] = q
 	}
 	q.recs = slices.Insert(q.recs, 0, recs...)
@@ -238,9 +268,10 @@ func (pq *partQueue) unshift(recs []*Record) {
 }
 
 // sameRun reports whether b follows a in a run of one key's records taken
-// together (take puts a key's records next to each other).
+// together (take puts a key's records next to each other, all to the
+// head's topic).
 func sameRun(a, b *Record) bool {
-	return a.Key != "" && a.Key == b.Key && a.Partition == b.Partition
+	return a.Key != "" && a.Key == b.Key && a.Topic == b.Topic && a.Partition == b.Partition
 }
 
 // keyPipelineOf is how many records of one key the relay passes in one
@@ -306,6 +337,59 @@ func (pq *partQueue) suspend(q *keyQueue) {
 	}
 }
 
+// keeps decides what becomes of q, whose head must wait for its blocked
+// destination: it stays (true) if it is the destination's kept key in this
+// partition, or becomes it when there is none; otherwise it is parked.
+func (pq *partQueue) keeps(q *keyQueue) bool {
+	topic := q.recs[0].Topic
+	if k, ok := pq.kept[topic]; ok && k != q.key {
+		if o := pq.queues[k]; o != nil && (len(o.recs) == 0 || o.recs[0].Topic == topic) {
+			pq.park(q, topic)
+			return false
+		}
+	}
+	pq.kept[topic] = q.key
+	return true
+}
+
+// park drops q, a key held for a blocked destination that already has a
+// key kept here: all its records go to spilled (the worker reads them
+// again when it is unparked) and its queue goes; the caller drops it from
+// ready or waiting.
+func (pq *partQueue) park(q *keyQueue, topic string) {
+	pq.spilled = append(pq.spilled, q.recs...)
+	pq.n -= len(q.recs)
+	if q.failing {
+		pq.blocked -= len(q.recs)
+	}
+	clear(q.recs)
+	q.recs = nil
+	q.state = queueIdle
+	delete(pq.queues, q.key)
+	pq.parked[topic] = append(pq.parked[topic], q.key)
+}
+
+// unpark returns the keys parked for destinations that work again
+// (blocked reports which still do not), forgetting them: the worker reads
+// their records again, in order.
+func (pq *partQueue) unpark(blocked func(topic string) bool) (keys []string) {
+	if len(pq.parked) == 0 && len(pq.kept) == 0 {
+		return nil
+	}
+	for topic, ks := range pq.parked {
+		if !blocked(topic) {
+			keys = append(keys, ks...)
+			delete(pq.parked, topic)
+		}
+	}
+	for topic := range pq.kept {
+		if !blocked(topic) {
+			delete(pq.kept, topic)
+		}
+	}
+	return keys
+}
+
 // nextDue returns the earliest time a waiting key's head may go (its retry
 // time, or its blocked destination's next probe), or zero.
 func (pq *partQueue) nextDue() time.Time {
@@ -328,7 +412,7 @@ func (pq *partQueue) nextDue() time.Time {
 // has reports whether a record with that ID is queued (a linear search:
 // for the rare late record).
 func (pq *partQueue) has(rec *Record) bool {
-	if q := pq.queues[queueKey(rec)]; q != nil {
+	if q := pq.queues[pq.keyOf(rec)]; q != nil {
 		for _, r := range q.recs {
 			if r.ID == rec.ID {
 				return true

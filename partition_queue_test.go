@@ -20,7 +20,7 @@ func ids(rs []*Record) []string {
 
 func TestPartQueueOneHeadPerKeyInOrder(t *testing.T) {
 	now := time.Now()
-	pq := newPartQueue()
+	pq := newPartQueue(queueKeyOf(OrderScopeKey))
 	for _, r := range []*Record{rec("a1", "a"), rec("b1", "b"), rec("a2", "a"), rec("u1", ""), rec("u2", ""), rec("b2", "b")} {
 		pq.push(r, now)
 	}
@@ -63,7 +63,7 @@ func TestPartQueueOneHeadPerKeyInOrder(t *testing.T) {
 
 func TestPartQueueTakeRespectsMax(t *testing.T) {
 	now := time.Now()
-	pq := newPartQueue()
+	pq := newPartQueue(queueKeyOf(OrderScopeKey))
 	for i := 0; i < 10; i++ {
 		pq.push(rec(string(rune('a'+i)), string(rune('a'+i))), now)
 	}
@@ -89,7 +89,7 @@ func equal(a, b []string) bool {
 // the head ends the failing state.
 func TestPartQueueFailKeepsOnlyTheHead(t *testing.T) {
 	now := time.Now()
-	pq := newPartQueue()
+	pq := newPartQueue(queueKeyOf(OrderScopeKey))
 	for i, id := range []string{"a1", "a2", "a3", "b1"} {
 		r := rec(id, id[:1])
 		r.Seq = int64(i + 1)
@@ -124,7 +124,7 @@ func TestPartQueueFailKeepsOnlyTheHead(t *testing.T) {
 // undecodable one; a failing key sends its head alone.
 func TestPartQueueTakesKeyRuns(t *testing.T) {
 	now := time.Now()
-	pq := newPartQueue()
+	pq := newPartQueue(queueKeyOf(OrderScopeKey))
 	mk := func(id, key, topic string) *Record {
 		r := rec(id, key)
 		r.Topic = topic

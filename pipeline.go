@@ -90,9 +90,12 @@ type pipeline struct {
 	order []int // partitions in round-robin order
 	next  int   // round-robin start
 
-	inflight int  // Publish calls in flight
-	shedding bool // some lane is being handed back
-	stopping bool // shutting down: nothing new starts, settle at once
+	inflight int // Publish calls in flight
+	// inflightN counts the records in those calls: each becomes a
+	// settlement, so the settlement bound counts them (settleBound).
+	inflightN int
+	shedding  bool // some lane is being handed back
+	stopping  bool // shutting down: nothing new starts, settle at once
 
 	settle  map[int]*Settlement // per partition, waiting to be written
 	settleN int
@@ -161,10 +164,10 @@ func newClaimsPipeline(r *Relay, src source) *pipeline {
 	return p
 }
 
-func newLane(l Lease) *lane {
+func newLane(l Lease, keyOf func(*Record) string) *lane {
 	return &lane{
 		lease:    l,
-		q:        newPartQueue(),
+		q:        newPartQueue(keyOf),
 		inflight: map[string]*Record{},
 		settling: map[string]int{},
 		deadHeld: map[string]*Record{},
@@ -177,7 +180,7 @@ func (p *pipeline) open(h heldLease) {
 	ln, ok := p.lanes[h.Partition]
 	if !ok || ln.lease.Epoch != h.Epoch {
 		p.close(h.Partition)
-		ln = newLane(h.Lease)
+		ln = newLane(h.Lease, p.r.queueKey)
 		ln.q.hold = p.r.dests.holdRecord
 		p.lanes[h.Partition] = ln
 	}
@@ -365,12 +368,20 @@ func (p *pipeline) settleAt() time.Time {
 }
 
 // settleBound reports whether the unwritten settlements have reached their
-// bound, 2 × BatchSize × InFlight: the pipeline then starts no publish
-// until settles succeed again, so that a store refusing settles (while
-// fetches work) cannot make it publish the whole backlog, which a crash
-// would then publish again.
+// bound, 2 × BatchSize × InFlight, counting the records in flight (each
+// will be one): the pipeline then starts no publish until settles succeed
+// again, so that a store refusing settles (while fetches work) cannot make
+// it publish the whole backlog, which a crash would then publish again.
+// build takes no more records than the room left (settleRoom), so the
+// bound holds with publishes in flight too.
 func (p *pipeline) settleBound() bool {
-	return p.settleN+p.settlerN >= 2*p.r.cfg.BatchSize*p.r.cfg.InFlight
+	return p.settleRoom() <= 0
+}
+
+// settleRoom is how many more records may be published before the
+// unwritten settlements, those in flight included, reach their bound.
+func (p *pipeline) settleRoom() int {
+	return 2*p.r.cfg.BatchSize*p.r.cfg.InFlight - (p.settleN + p.settlerN + p.inflightN)
 }
 
 // startSettler starts the settler goroutine; stop ends it and waits.
@@ -458,13 +469,27 @@ func (p *pipeline) abandon() {
 	clear(p.claimCounts)
 	p.claimCounts = p.claimCounts[:0]
 	clear(p.settle)
-	p.inflight, p.settleN = 0, 0
+	p.inflight, p.inflightN, p.settleN = 0, 0, 0
 }
 
 // buildClaim takes the claim's waiting records as one batch (claims mode).
-func (p *pipeline) buildClaim() [][]*Record {
+// A record whose destination is blocked stays out of it, unsettled (the
+// claim's commit leaves it as it is), unless it becomes the destination's
+// probe: a claim skips paused destinations (Relay.runUnordered), so this
+// happens to the records of a destination blocked since the claim, or
+// whose probe is due.
+func (p *pipeline) buildClaim(now time.Time) [][]*Record {
+	if len(p.claimQ) == 0 || p.inflight >= p.maxInFlight {
+		return nil
+	}
+	if p.r.dests.n.Load() > 0 {
+		p.claimQ = slices.DeleteFunc(p.claimQ, func(rec *Record) bool {
+			return p.r.dests.hold(rec.Topic, now, true).After(now)
+		})
+	}
 	n := min(len(p.claimQ), p.r.cfg.BatchSize)
-	if n == 0 || p.inflight >= p.maxInFlight {
+	if n == 0 {
+		p.claimQ = nil
 		return nil
 	}
 	batch := p.claimQ[:n:n]
@@ -498,7 +523,7 @@ func (ln *lane) drained() bool {
 // and go out again at once instead of waiting for one large batch.
 func (p *pipeline) build(now time.Time) [][]*Record {
 	if p.claims {
-		return p.buildClaim()
+		return p.buildClaim(now)
 	}
 	cfg := p.r.cfg
 	free := p.maxInFlight - p.inflight
@@ -508,13 +533,19 @@ func (p *pipeline) build(now time.Time) [][]*Record {
 	perKey := p.perKey
 	// With runs of a key taken together, leave room for splitting at key
 	// boundaries (see splitRuns); with one record per key, BatchSize each.
-	limit := (cfg.BatchSize - perKey + 1) * free
+	limit := min((cfg.BatchSize-perKey+1)*free, p.settleRoom())
+	if limit <= 0 {
+		return nil
+	}
 	var recs []*Record
 	n := len(p.order)
 	mono := time.Now()
 	for k := 0; k < n && len(recs) < limit; k++ {
 		part := p.order[(p.next+k)%n]
 		ln := p.lanes[part]
+		for _, key := range ln.q.unpark(p.r.dests.isBlocked) {
+			p.src.recovered(part, key) // its destination works again: read its records again
+		}
 		if ln.shed || len(ln.q.ready) == 0 && len(ln.q.waiting) == 0 || !mono.Add(cfg.PublishTimeout).Before(ln.validUntil) {
 			continue
 		}
@@ -523,8 +554,9 @@ func (p *pipeline) build(now time.Time) [][]*Record {
 			recs = append(recs, rec)
 		}
 		for _, rec := range ln.q.spilled {
-			// A key held for its blocked destination keeps only its head.
-			p.src.dropped(part, queueKey(rec), []*Record{rec})
+			// A key held for its blocked destination keeps only its head,
+			// or nothing when another key of the destination keeps one.
+			p.src.dropped(part, p.r.queueKey(rec), []*Record{rec})
 		}
 		clear(ln.q.spilled)
 		ln.q.spilled = ln.q.spilled[:0]
@@ -547,6 +579,7 @@ func (p *pipeline) build(now time.Time) [][]*Record {
 // not publish at all, so no publish runs on a lost lease.
 func (p *pipeline) launch(killCtx context.Context, batch []*Record, deadline time.Time) {
 	p.inflight++
+	p.inflightN += len(batch)
 	msgs := make([]*Message, len(batch))
 	for i, rec := range batch {
 		msgs[i] = &rec.Message
@@ -572,6 +605,7 @@ var errNotAttempted = errors.New("outbox: publish not started: its deadline pass
 // handle applies a publish result to the lanes and queues the settlement.
 func (p *pipeline) handle(res publishResult) {
 	p.inflight--
+	p.inflightN -= len(res.recs)
 	if p.claims {
 		p.handleClaim(res)
 		return
@@ -600,7 +634,7 @@ func (p *pipeline) handle(res publishResult) {
 			// The destination, not the message: no attempt spent, nothing
 			// to settle. The record waits at the head of its key (alone in
 			// memory) for its destination to work again.
-			p.src.dropped(rec.Partition, queueKey(rec), ln.q.fail(rec, now))
+			p.src.dropped(rec.Partition, p.r.queueKey(rec), ln.q.fail(rec, now))
 			outcomes[i] = -1
 			continue
 		}
@@ -629,13 +663,13 @@ func (p *pipeline) handle(res publishResult) {
 		case outcomes[i] == outcomeRetry:
 			// Retry later, holding back its key (and only its key: what is
 			// queued behind it leaves memory until it recovers).
-			p.src.dropped(rec.Partition, queueKey(rec), ln.q.fail(rec, now))
+			p.src.dropped(rec.Partition, p.r.queueKey(rec), ln.q.fail(rec, now))
 		case outcomes[i] == outcomeDead:
 			// The key stays held until the dead-lettering is written.
 			ln.deadHeld[rec.ID] = rec
 		case last[i]:
 			ln.q.done(rec, now) // the broker has it: the key goes on
-			p.src.recovered(rec.Partition, queueKey(rec))
+			p.src.recovered(rec.Partition, p.r.queueKey(rec))
 		}
 	}
 	recs, outs, errs := settledOnly(res, outcomes, kept)
@@ -772,7 +806,7 @@ func (p *pipeline) settled(res settleResult) {
 			if rec := ln.deadHeld[f.ID]; rec != nil {
 				delete(ln.deadHeld, f.ID)
 				ln.q.done(rec, now) // written: the key goes on
-				p.src.recovered(s.Partition, queueKey(rec))
+				p.src.recovered(s.Partition, p.r.queueKey(rec))
 			}
 		}
 	}

@@ -71,7 +71,7 @@ func (p *orderPub) Close() error { return nil }
 func TestPipelineSeam(t *testing.T) {
 	cfg := Config{RetryPolicy: func(int) time.Duration { return 0 }}.WithDefaults()
 	pub := &orderPub{failOnce: map[string]bool{"a1": true}}
-	r := &Relay{cfg: cfg, store: storeStub{}, pub: pub, log: slog.New(slog.DiscardHandler)}
+	r := &Relay{cfg: cfg, store: storeStub{}, pub: pub, log: slog.New(slog.DiscardHandler), queueKey: queueKeyOf(OrderScopeKey)}
 	r.dests = newDestinations(r.log, func(Event) {}, cfg.PublishTimeout)
 	r.caps.keyPipeline = 1
 	src := &seamSource{left: map[string][]string{}}
@@ -183,7 +183,7 @@ func (nopPub) Close() error                                       { return nil }
 // of 500 records over 64 partitions in claims mode (no store, no broker).
 func BenchmarkClaimsPublishAll(b *testing.B) {
 	cfg := Config{BatchSize: 500}.WithDefaults()
-	r := &Relay{cfg: cfg, store: storeStub{}, pub: nopPub{}, log: slog.New(slog.DiscardHandler)}
+	r := &Relay{cfg: cfg, store: storeStub{}, pub: nopPub{}, log: slog.New(slog.DiscardHandler), queueKey: queueKeyOf(OrderScopeKey)}
 	r.dests = newDestinations(r.log, func(Event) {}, cfg.PublishTimeout)
 	src := &claimSource{r: r}
 	p := newClaimsPipeline(r, src)

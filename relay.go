@@ -68,10 +68,12 @@ type Relay struct {
 	reports leaseReports
 
 	partitions int
-	dests      *destinations
-	round      roundResult // of the last lease round; the coordinator's own
-	calls      *storeCalls // the workers' fetches and settles, coalesced
-	caps       capabilities
+	// queueKey is the key a record is queued under, by Config.OrderScope.
+	queueKey func(*Record) string
+	dests    *destinations
+	round    roundResult // of the last lease round; the coordinator's own
+	calls    *storeCalls // the workers' fetches and settles, coalesced
+	caps     capabilities
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -113,6 +115,8 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		leases:  map[int]*heldLease{},
 		done:    make(chan struct{}),
 		reports: newLeaseReports(),
+
+		queueKey: queueKeyOf(cfg.OrderScope),
 	}
 	if caps.notifier == nil {
 		if _, ok := store.(interface {

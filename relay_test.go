@@ -93,6 +93,32 @@ func (b *broker) delivered() []outbox.Message {
 // returns the number of duplicates.
 func check(t *testing.T, written map[string][]string, got []outbox.Message) int {
 	t.Helper()
+	return checkScope(t, outbox.OrderScopeTopic, written, got)
+}
+
+// checkScope is check under scope: under OrderScopeTopic a key's messages
+// are in written order per topic; under OrderScopeKey across topics.
+func checkScope(t *testing.T, scope outbox.OrderScope, written map[string][]string, got []outbox.Message) int {
+	t.Helper()
+	topicOf := map[string]string{}
+	for _, m := range got {
+		topicOf[m.ID] = m.Topic
+	}
+	// The written order of each queue: a key's IDs, per topic unless the
+	// scope is the key.
+	queue := func(m outbox.Message) string {
+		if scope == outbox.OrderScopeKey {
+			return m.Key
+		}
+		return m.Topic + "\x00" + m.Key
+	}
+	order := map[string][]string{}
+	for key, ids := range written {
+		for _, id := range ids {
+			q := queue(outbox.Message{Key: key, Topic: topicOf[id]})
+			order[q] = append(order[q], id)
+		}
+	}
 	first := map[string]bool{}
 	next := map[string]int{}
 	dups := 0
@@ -102,15 +128,16 @@ func check(t *testing.T, written map[string][]string, got []outbox.Message) int 
 			continue
 		}
 		first[m.ID] = true
-		ids := written[m.Key]
 		if m.Key == "" {
 			continue
 		}
-		i := next[m.Key]
+		q := queue(m)
+		ids := order[q]
+		i := next[q]
 		if i >= len(ids) || ids[i] != m.ID {
-			t.Fatalf("order violation on key %q: delivered %s as #%d, written order %v", m.Key, m.ID, i, ids)
+			t.Fatalf("order violation on key %q (topic %q, scope %s): delivered %s as #%d, written order %v", m.Key, m.Topic, scope, m.ID, i, ids)
 		}
-		next[m.Key]++
+		next[q]++
 	}
 	for k, ids := range written {
 		for _, id := range ids {

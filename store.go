@@ -176,9 +176,12 @@ type CommitOrdered interface {
 // until the claim is settled (FOR UPDATE SKIP LOCKED in PostgreSQL).
 type UnorderedStore interface {
 	// ClaimUnordered locks up to limit due, unpublished records that no other
-	// claim holds and returns them in Seq order within each partition. The
-	// claim holds a transaction open until Settle or Release.
-	ClaimUnordered(ctx context.Context, limit int) (Claim, error)
+	// claim holds, whose topic is not in skip, and returns them in Seq order
+	// within each partition. The claim holds a transaction open until
+	// Settle or Release. The relay passes in skip the destinations it has
+	// paused (blocked, no probe due), so that however many of their records
+	// wait, a claim takes those of other destinations.
+	ClaimUnordered(ctx context.Context, limit int, skip []string) (Claim, error)
 }
 
 // Claim is a batch locked by [UnorderedStore.ClaimUnordered].

@@ -74,7 +74,7 @@ func (r *Relay) runUnordered(ctx, killCtx context.Context, i int) {
 	pipe := newClaimsPipeline(r, src)
 	retry, blockedRounds := r.newRetrier(), 0
 	for ctx.Err() == nil {
-		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize)
+		claim, err := us.ClaimUnordered(ctx, r.cfg.BatchSize, r.dests.paused(r.cfg.Now()))
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -196,3 +196,55 @@ func TestOrderingNoneKilledMidPublish(t *testing.T) {
 	waitFor(t, "drain", 10*time.Second, func() bool { return st.Outstanding() == 0 })
 	checkNoneLost(t, written, b2.delivered())
 }
+
+// In ordering none, a blocked destination with more waiting messages than
+// every worker's claims hold does not starve the others: claims skip it
+// (one probe at a time goes to it), a message of another destination
+// written after its backlog is published, the blocked messages spend no
+// attempt, and they all go once it works. (On 443b377 the claims took the
+// oldest rows whatever their destination: 1,664 refused sends in 5 s and
+// the working destination's message never published.)
+func TestOrderingNoneBlockedBacklogDoesNotStarveOthers(t *testing.T) {
+	st := memstore.New(4, nil)
+	pub := &blockingPub{perm: map[string]bool{}, got: map[string]int{}}
+	cfg := unorderedConfig()
+	cfg.Workers, cfg.BatchSize = 2, 16
+	cfg.MaxAttempts = 1
+	var down []outbox.Message
+	for i := range 10 * cfg.Workers * cfg.BatchSize {
+		down = append(down, outbox.Message{ID: outbox.NewID(), Topic: "down", Key: fmt.Sprint("k", i%7), Payload: []byte("x")})
+	}
+	if err := st.Write(context.Background(), down...); err != nil {
+		t.Fatal(err)
+	}
+	fine := outbox.Message{ID: outbox.NewID(), Topic: "orders", Key: "k1", Payload: []byte("x")}
+	if err := st.Write(context.Background(), fine); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelay(t, st, pub, cfg)
+	waitFor(t, "the other destination's message published", 20*time.Second, func() bool {
+		_, got := pub.state()
+		return got[fine.ID] > 0
+	})
+	waitFor(t, "the destination reported blocked", 10*time.Second, func() bool {
+		bl := r.Blocked()
+		return len(bl) == 1 && bl[0].Destination == "down" && bl[0].Probes >= 2
+	})
+	// A few more probes, then: one message per probe, not a claim's worth.
+	waitFor(t, "probes", 10*time.Second, func() bool { return r.Blocked()[0].Probes >= 4 })
+	if bl := r.Blocked(); len(bl) == 1 && r.Stats().Blocked > int64(bl[0].Probes)+int64(cfg.Workers*cfg.BatchSize) {
+		t.Errorf("%d refused sends for %d probes: a paused destination's records must not be claimed and sent again and again", r.Stats().Blocked, bl[0].Probes)
+	}
+	for _, m := range down {
+		if rec, ok := st.Record(m.ID); !ok || rec.Attempts != 0 {
+			t.Fatalf("blocked message %s: in the outbox %v, attempts %d; want it waiting with no attempt spent", m.ID, ok, rec.Attempts)
+		}
+	}
+	pub.mu.Lock()
+	pub.open = true
+	pub.mu.Unlock()
+	waitFor(t, "the blocked messages delivered", 20*time.Second, func() bool { return st.Outstanding() == 0 })
+	if n := len(st.Dead()); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}

@@ -13,10 +13,10 @@ import (
 // wake every millisecond until then.
 func TestNextWakeIgnoresRetriesBuildCannotTake(t *testing.T) {
 	cfg := Config{PollInterval: time.Second, SweepInterval: time.Hour}.WithDefaults()
-	r := &Relay{cfg: cfg, store: storeStub{}}
+	r := &Relay{cfg: cfg, store: storeStub{}, queueKey: queueKeyOf(OrderScopeKey)}
 	now := time.Now()
 	newPart := func(shed bool, validUntil time.Time) *lane {
-		ps := newLane(Lease{})
+		ps := newLane(Lease{}, queueKeyOf(OrderScopeKey))
 		ps.shed, ps.validUntil = shed, validUntil
 		// A key whose head waits for a retry time, which has come.
 		rec := &Record{Message: Message{ID: NewID(), Key: "k"}, NextAttemptAt: now.Add(time.Minute)}
@@ -61,7 +61,7 @@ type storeStub struct{ Store }
 // millisecond, costing relay/key about 15% of its throughput.)
 func TestNextWakeOverduePoll(t *testing.T) {
 	cfg := Config{PollInterval: time.Second, SweepInterval: time.Hour}.WithDefaults()
-	r := &Relay{cfg: cfg, store: storeStub{}}
+	r := &Relay{cfg: cfg, store: storeStub{}, queueKey: queueKeyOf(OrderScopeKey)}
 	now := time.Now()
 	for _, c := range []struct {
 		name     string
@@ -93,10 +93,10 @@ func TestNextWakeOverduePoll(t *testing.T) {
 // millisecond for the whole backoff.)
 func TestNextWakeDuringStoreBackoff(t *testing.T) {
 	cfg := Config{PollInterval: time.Second, SweepInterval: time.Hour}.WithDefaults()
-	r := &Relay{cfg: cfg, store: storeStub{}}
+	r := &Relay{cfg: cfg, store: storeStub{}, queueKey: queueKeyOf(OrderScopeKey)}
 	now := time.Now()
 	w := newWorker(r, 0, nil)
-	ln := newLane(Lease{})
+	ln := newLane(Lease{}, queueKeyOf(OrderScopeKey))
 	ln.validUntil = now.Add(time.Hour)
 	rec := &Record{Message: Message{ID: NewID(), Key: "k"}, NextAttemptAt: now.Add(time.Minute)}
 	ln.q.push(rec, now)
@@ -139,10 +139,10 @@ func TestLaunchDoesNotPublishPastItsDeadline(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pub := &countPub{}
-			r := &Relay{cfg: cfg, store: storeStub{}, pub: pub}
+			r := &Relay{cfg: cfg, store: storeStub{}, pub: pub, queueKey: queueKeyOf(OrderScopeKey)}
 			r.dests = newDestinations(slog.New(slog.DiscardHandler), func(Event) {}, cfg.PublishTimeout)
 			w := newWorker(r, 0, nil)
-			ps := newLane(Lease{Partition: 0, Epoch: 1})
+			ps := newLane(Lease{Partition: 0, Epoch: 1}, queueKeyOf(OrderScopeKey))
 			w.pipe.lanes[0] = ps
 			rec := &Record{Message: Message{ID: NewID(), Key: "k"}}
 			ps.inflight[rec.ID] = rec

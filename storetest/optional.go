@@ -21,7 +21,7 @@ func testUnordered(s *suite) {
 	s.write(msgs...) // 30
 	claim := func(limit int) outbox.Claim {
 		s.Helper()
-		c, err := us.ClaimUnordered(s.ctx, limit)
+		c, err := us.ClaimUnordered(s.ctx, limit, nil)
 		if err != nil {
 			s.Fatalf("ClaimUnordered: %v", err)
 		}
@@ -35,12 +35,38 @@ func testUnordered(s *suite) {
 		}
 	}
 
+	// A claim takes no record of a topic in skip (a paused destination),
+	// and only those of another topic.
+	s.write(newMessages(3, "unordered.other", "k")...)
+	if c, err := us.ClaimUnordered(s.ctx, 100, []string{"unordered"}); err != nil {
+		s.Fatalf("ClaimUnordered with skip: %v", err)
+	} else {
+		got := c.Records()
+		release(c)
+		if len(got) != 3 {
+			s.Fatalf("a claim skipping topic \"unordered\" got %d records, want the 3 of \"unordered.other\"", len(got))
+		}
+		for _, r := range got {
+			if r.Topic != "unordered.other" {
+				s.Fatalf("a claim skipping topic \"unordered\" got a record of %q", r.Topic)
+			}
+		}
+		// Out of the way of the checks below.
+		c, err := us.ClaimUnordered(s.ctx, 100, []string{"unordered"})
+		if err != nil {
+			s.Fatalf("ClaimUnordered with skip: %v", err)
+		}
+		if err := c.Settle(s.ctx, outbox.Settlement{Delivered: ids(c.Records())}); err != nil {
+			s.Fatalf("claim Settle: %v", err)
+		}
+	}
+
 	// Two concurrent claims never overlap.
 	var c1, c2 outbox.Claim
 	var err1, err2 error
 	var wg sync.WaitGroup
-	wg.Go(func() { c1, err1 = us.ClaimUnordered(s.ctx, 12) })
-	wg.Go(func() { c2, err2 = us.ClaimUnordered(s.ctx, 12) })
+	wg.Go(func() { c1, err1 = us.ClaimUnordered(s.ctx, 12, nil) })
+	wg.Go(func() { c2, err2 = us.ClaimUnordered(s.ctx, 12, nil) })
 	wg.Wait()
 	if err1 != nil || err2 != nil {
 		for _, c := range []outbox.Claim{c1, c2} {

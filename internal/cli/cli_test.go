@@ -593,6 +593,7 @@ func TestUsageErrors(t *testing.T) {
 		{"in-flight 0", nil, []string{"relay", "--store", pg, "--broker", nats, "--in-flight", "0"}, []string{"--in-flight", "between 1 and 64, got 0"}},
 		{"ordering bogus", nil, []string{"relay", "--store", pg, "--broker", nats, "--ordering", "bogus"}, []string{"--ordering", `"key" or "none"`}},
 		{"on-permanent bogus", nil, []string{"relay", "--store", pg, "--broker", nats, "--on-permanent", "bogus"}, []string{"--on-permanent", `"dead-letter" or "hold"`}},
+		{"order-scope bogus", nil, []string{"relay", "--store", pg, "--broker", nats, "--order-scope", "partition"}, []string{"--order-scope", `"topic" or "key"`}},
 		{"bad http addr", nil, []string{"relay", "--store", pg, "--broker", nats, "--http-addr", "nonsense"}, []string{"--http-addr", "host:port"}},
 		{"bad http port", nil, []string{"relay", "--store", pg, "--broker", nats, "--http-addr", "127.0.0.1:99999"}, []string{"--http-addr", "0 to 65535"}},
 		{"lease below publish timeout", nil, []string{"relay", "--store", pg, "--broker", nats, "--publish-timeout", "20s", "--lease-ttl", "30s"}, []string{"--lease-ttl", "LeaseTTL must exceed 2 × PublishTimeout"}},

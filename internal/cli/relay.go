@@ -44,6 +44,7 @@ type relayFlags struct {
 	batch           int
 	inFlight        int
 	ordering        string
+	orderScope      string
 	publishTimeout  time.Duration
 	leaseTTL        time.Duration
 	maxAttempts     int
@@ -96,6 +97,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.IntVar(&f.batch, "batch", outbox.BatchSizeDefault, "messages per publish batch")
 	fs.IntVar(&f.inFlight, "in-flight", outbox.InFlightDefault, "publish batches each worker keeps in flight")
 	fs.StringVar(&f.ordering, "ordering", string(outbox.OrderingKey), "key: messages of one key in commit order (partition leases); none: no order, SKIP LOCKED claims")
+	fs.StringVar(&f.orderScope, "order-scope", string(outbox.OrderScopeTopic), "with --ordering key, what stays in order: topic (a key's messages per topic: a blocked topic or a failing message holds back only that topic's messages of the key) or key (a key's messages across every topic, for consumers reading several topics as one log)")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", outbox.PublishTimeoutDefault, "bound of one publish batch")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", outbox.LeaseTTLDefault, "partition lease lifetime; must exceed 2 × --publish-timeout (default: the larger of 30s and 3 × --publish-timeout)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered (a blocked destination spends none)")
@@ -124,6 +126,9 @@ func (a *app) relayConfig(cmd *cobra.Command, f *relayFlags) (outbox.Config, err
 		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("ordering"), outbox.OrderingKey, outbox.OrderingNone, f.ordering)
 	}
 	cfg.Ordering = ord
+	if cfg.OrderScope, err = outbox.ParseOrderScope(f.orderScope); err != nil {
+		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("order-scope"), outbox.OrderScopeTopic, outbox.OrderScopeKey, f.orderScope)
+	}
 	if cfg.OnPermanent, err = outbox.ParsePermanentPolicy(f.onPermanent); err != nil {
 		return cfg, usagef("%s must be %q or %q, got %q", a.flagRef("on-permanent"), outbox.PermanentDeadLetter, outbox.PermanentHoldKey, f.onPermanent)
 	}
@@ -173,6 +178,7 @@ func (a *app) relayConfig(cmd *cobra.Command, f *relayFlags) (outbox.Config, err
 // configFieldFlags maps outbox.Config fields to the flags that set them.
 var configFieldFlags = map[string]string{
 	"Ordering":          "ordering",
+	"OrderScope":        "order-scope",
 	"Workers":           "workers",
 	"BatchSize":         "batch",
 	"FetchSize":         "batch",
@@ -324,7 +330,7 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	if err := relay.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start relay: %w", err)
 	}
-	a.log.Info("relay started", "node", cfg.Node, "ordering", cfg.Ordering, "workers", cfg.Workers,
+	a.log.Info("relay started", "node", cfg.Node, "ordering", cfg.Ordering, "order_scope", cfg.OrderScope, "workers", cfg.Workers,
 		"batch", cfg.BatchSize, "publish_timeout", cfg.PublishTimeout, "lease_ttl", cfg.LeaseTTL,
 		"max_attempts", cfg.MaxAttempts)
 

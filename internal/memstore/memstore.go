@@ -380,7 +380,7 @@ func (s *Store) apply(st outbox.Settlement, now time.Time) {
 }
 
 // ClaimUnordered implements outbox.UnorderedStore with in-memory locks.
-func (s *Store) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, error) {
+func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (outbox.Claim, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter("ClaimUnordered"); err != nil {
@@ -389,7 +389,7 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, er
 	now := s.now()
 	var es []*entry
 	for _, e := range s.msgs {
-		if e.visible && !s.locked[e.rec.ID] && !e.rec.NextAttemptAt.After(now) {
+		if e.visible && !s.locked[e.rec.ID] && !e.rec.NextAttemptAt.After(now) && !slices.Contains(skip, e.rec.Topic) {
 			es = append(es, e)
 		}
 	}

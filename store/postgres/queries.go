@@ -194,6 +194,7 @@ CROSS JOIN LATERAL (
 	q.claim = `SELECT ` + recordColumns + `
 FROM ` + n.messages + ` m
 WHERE m.published_at IS NULL AND (m.next_attempt_at IS NULL OR m.next_attempt_at <= now())
+    AND m.topic <> ALL($2::text[])
 ORDER BY m.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`

@@ -94,7 +94,7 @@ func TestRetention(t *testing.T) {
 	if err := b.write(t, outbox.Message{Topic: "r"}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := b.store.ClaimUnordered(b.ctx, 10)
+	c, err := b.store.ClaimUnordered(b.ctx, 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestRetention(t *testing.T) {
 	if err := c.Settle(b.ctx, outbox.Settlement{Delivered: []string{c.Records()[0].ID, c.Records()[1].ID}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err = b.store.ClaimUnordered(b.ctx, 10)
+	c, err = b.store.ClaimUnordered(b.ctx, 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestClaimUnorderedConcurrent(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for {
-				c, err := b.store.ClaimUnordered(b.ctx, 97)
+				c, err := b.store.ClaimUnordered(b.ctx, 97, nil)
 				if err != nil {
 					errs <- err
 					return
@@ -427,7 +427,7 @@ func TestClosed(t *testing.T) {
 	if _, err := b.store.Heartbeat(b.ctx, "n", time.Second); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("Heartbeat after Close: %v, want ErrClosed", err)
 	}
-	if _, err := b.store.ClaimUnordered(b.ctx, 1); !errors.Is(err, outbox.ErrClosed) {
+	if _, err := b.store.ClaimUnordered(b.ctx, 1, nil); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("ClaimUnordered after Close: %v, want ErrClosed", err)
 	}
 }

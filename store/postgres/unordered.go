@@ -15,11 +15,12 @@ import (
 
 // ClaimUnordered is the seeds' claim for Ordering "none": it begins a
 // transaction on a pool connection, locks up to limit due, unpublished
-// records with SELECT … FOR UPDATE SKIP LOCKED (oldest IDs first), and keeps
+// records with SELECT … FOR UPDATE SKIP LOCKED (oldest IDs first; none of
+// a topic in skip: the index scan passes over them), and keeps
 // the transaction, and the connection, until the claim is settled or
 // released. The records are returned in Seq order. A claim of no records
 // holds nothing.
-func (s *Store) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, error) {
+func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (outbox.Claim, error) {
 	if err := s.check("claim"); err != nil {
 		return nil, err
 	}
@@ -30,7 +31,10 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, er
 	if err != nil {
 		return nil, s.wrap("claim", err)
 	}
-	rows, err := tx.Query(ctx, s.q.claim, limit)
+	if skip == nil {
+		skip = []string{} // <> ALL(NULL) would match no row
+	}
+	rows, err := tx.Query(ctx, s.q.claim, limit, skip)
 	var recs []outbox.Record
 	if err == nil {
 		recs, err = pgx.CollectRows(rows, scanRecord)

@@ -629,15 +629,15 @@ func TestUnorderedClaims(t *testing.T) {
 	if err := b.write(t, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	c1, err := s.ClaimUnordered(ctx, 4)
+	c1, err := s.ClaimUnordered(ctx, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := s.ClaimUnordered(ctx, 4)
+	c2, err := s.ClaimUnordered(ctx, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c3, err := s.ClaimUnordered(ctx, 4)
+	c3, err := s.ClaimUnordered(ctx, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,7 +672,7 @@ func TestUnorderedClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	// c2's records are free again; the retried one is not due yet.
-	c4, err := s.ClaimUnordered(ctx, 100)
+	c4, err := s.ClaimUnordered(ctx, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +681,7 @@ func TestUnorderedClaims(t *testing.T) {
 	}
 	c4.Release(ctx)
 	clk.Add(time.Minute)
-	c5, err := s.ClaimUnordered(ctx, 100)
+	c5, err := s.ClaimUnordered(ctx, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/outboxrelay/outbox"
 )
 
 // ClaimUnordered claims up to limit due, unpublished records that no other
-// claim of this Store holds, in Seq order, for Ordering "none".
+// claim of this Store holds and whose topic is not in skip, in Seq order,
+// for Ordering "none".
 //
 // Unlike PostgreSQL's FOR UPDATE SKIP LOCKED, a claim holds no transaction
 // and no lock in the database (an open write transaction would stop every
@@ -18,7 +20,7 @@ import (
 // this process. Run at most one relay in Ordering "none" per database, with
 // any number of workers. A claim that is neither settled nor released keeps
 // its records from other claims until the Store is closed.
-func (s *Store) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, error) {
+func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (outbox.Claim, error) {
 	if err := s.check("claim"); err != nil {
 		return nil, err
 	}
@@ -42,7 +44,7 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int) (outbox.Claim, er
 			if err != nil {
 				return err
 			}
-			if _, taken := s.claimed[r.ID]; !taken {
+			if _, taken := s.claimed[r.ID]; !taken && !slices.Contains(skip, r.Topic) {
 				recs = append(recs, r)
 			}
 		}
