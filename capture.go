@@ -50,6 +50,9 @@ type poller struct {
 	// a read succeeded.
 	failed func(op string, err error)
 	ok     func()
+	// drainTo, when positive: the relay is stopping and reads only the
+	// records up to this Seq (see worker.drain).
+	drainTo int64
 }
 
 // cursorState is what the poller knows of one leased partition.
@@ -346,16 +349,17 @@ func (c *poller) fetched(res fetchResult) {
 		} else if c.pipe.known(rec) {
 			continue
 		}
-		if c.stale(rec) || c.held(cs, rec) {
-			// Settled since this fetch started (a sweep found it first),
-			// or its key is failing: read again when it recovers.
+		if c.drainTo > 0 && rec.Seq > c.drainTo || c.stale(rec) || c.held(cs, rec) {
+			// Past what a stop drains, settled since this fetch started
+			// (a sweep found it first), or its key is failing: read again
+			// when it recovers.
 			continue
 		}
 		c.pipe.feed(rec, now)
 	}
 	for _, cur := range res.cursors {
 		if cs := current(cur.Partition); cs != nil {
-			cs.caughtUp = counts[cur.Partition] < res.limit
+			cs.caughtUp = counts[cur.Partition] < res.limit || c.drainTo > 0 && cs.cursor >= c.drainTo
 			cs.mark = res.mark
 		}
 	}

@@ -42,6 +42,15 @@
 // relay leaving releases only the leases it holds, with their epochs.
 // Messages without a key have no order.
 //
+// What stays in order is set by [Config.OrderScope]: by default
+// ([OrderScopeTopic]) a key's messages to one topic, so that a key's
+// messages to another topic go on while one destination is blocked or one
+// of its messages fails; with [OrderScopeKey] a key's messages across every
+// topic, for a consumer reading several topics as one ordered log (a
+// JetStream stream over several subjects, a RabbitMQ queue bound to several
+// routing keys), at the price that a blocked destination or a failing
+// message then holds back the key's messages to every topic.
+//
 // Store order is commit order in these cases, and only in these:
 //
 //   - PostgreSQL, default write: Seq is drawn from a sequence when Write
@@ -89,7 +98,23 @@
 //
 // [OrderingNone] is the seeds' design: any worker claims any due records
 // with FOR UPDATE SKIP LOCKED and holds the transaction across the broker
-// call. No order.
+// call. No order. Its claims skip the destinations the relay has paused
+// (blocked, no probe due), so a blocked backlog however large does not
+// starve the others; a paused destination gets one probe message at a time.
+//
+// # Stopping
+//
+// Stop finishes the publishes in flight and writes their settlements. With
+// a store that confirms settlements as a log position ([PrefixConfirmer]:
+// the WAL capture), a message settled past an unsettled one is not
+// confirmed, and would be published again by the next reader; so the relay
+// first publishes, in key order, the messages before the last settled one
+// that can go at once, and only then leaves: a graceful stop republishes
+// nothing that was acknowledged. It does not wait for a message's retry
+// or a blocked destination: those messages and the ones published past
+// them are published again (same IDs) by the next reader, and the store
+// logs how many. Within ShutdownTimeout; past it, what is in hand is
+// abandoned and Stop returns [ErrShutdownTimeout].
 //
 // # No poison pill
 //
@@ -116,7 +141,11 @@
 // with one message at a time relay-wide, with backoff from 100 ms to 5 s,
 // keeps publishing other destinations, and reports it ([Relay.Blocked],
 // [EventBlocked], a WARN line every 30 s). Messages of a key wait behind
-// its paused message whatever their own destination. A duplicate
+// its paused message (on its topic; on every topic with [OrderScopeKey]).
+// However many keys wait for it, a paused destination keeps one message
+// per partition in memory (its probe); its other keys leave memory and are
+// read again, in order, once it works, so the partition goes on being
+// read for its other destinations. A duplicate
 // acknowledgement ([ErrDuplicate]) counts as delivered and is reported.
 // With Config.OnPermanent = [PermanentHoldKey], a permanent failure holds
 // its key instead of being dead-lettered. A relay whose publisher
@@ -127,8 +156,9 @@
 // # Bounded everything
 //
 // Batch size, records held in memory per partition (FetchSize, plus one
-// per failing or paused key, and at most 2 × FetchSize), Publish calls in
-// flight per worker (InFlight), settlements not yet written per worker
+// per failing key and one per paused destination, and at most
+// 2 × FetchSize), Publish calls in flight per worker (InFlight),
+// settlements not yet written per worker, counting the publishes in flight
 // (2 × BatchSize × InFlight: while the store refuses settles, the worker
 // stops starting publishes, so a crash then can publish again at most that
 // many), publish time (PublishTimeout, counted from when the batch was

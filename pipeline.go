@@ -96,6 +96,7 @@ type pipeline struct {
 	inflightN int
 	shedding  bool // some lane is being handed back
 	stopping  bool // shutting down: nothing new starts, settle at once
+	draining  bool // publishing what a stop must settle first: settle at once
 
 	settle  map[int]*Settlement // per partition, waiting to be written
 	settleN int
@@ -315,6 +316,19 @@ func (p *pipeline) nextWake(now time.Time, d time.Duration) time.Duration {
 	return d
 }
 
+// retryDueBefore reports whether a key waits for a retry due before t
+// (not for a blocked destination).
+func (p *pipeline) retryDueBefore(t time.Time) bool {
+	for _, ln := range p.lanes {
+		for _, q := range ln.q.waiting {
+			if at := q.recs[0].NextAttemptAt; at.Before(t) && !p.r.dests.isBlocked(q.recs[0].Topic) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // settleDue is d, or less if queued settlements come due before.
 func (p *pipeline) settleDue(now time.Time, d time.Duration) time.Duration {
 	if p.settleN > 0 && !p.settlerBusy {
@@ -332,7 +346,7 @@ func (p *pipeline) startSettle() {
 	// SettleInterval (the same instant for every worker, so that the
 	// coalescer merges their writes), unless stopping or handing a
 	// partition back, which waits for its settlements.
-	timed := p.settleN < p.r.cfg.BatchSize && !p.stopping && !p.shedding
+	timed := p.settleN < p.r.cfg.BatchSize && !p.stopping && !p.draining && !p.shedding
 	if timed && time.Now().Before(p.settleAt()) {
 		return
 	}

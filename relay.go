@@ -71,8 +71,9 @@ type Relay struct {
 	// queueKey is the key a record is queued under, by Config.OrderScope.
 	queueKey func(*Record) string
 	dests    *destinations
-	round    roundResult // of the last lease round; the coordinator's own
-	calls    *storeCalls // the workers' fetches and settles, coalesced
+	round    roundResult  // of the last lease round; the coordinator's own
+	calls    *storeCalls  // the workers' fetches and settles, coalesced
+	stopGap  *stopBarrier // key mode with a PrefixConfirmer: where a stop drains to
 	caps     capabilities
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
@@ -303,6 +304,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 		return
 	}
 
+	r.stopGap = newStopBarrier(r.cfg.Workers)
 	r.workers = make([]*worker, r.cfg.Workers)
 	for i := range r.workers {
 		r.workers[i] = newWorker(r, i, r.wakes[i])
@@ -379,6 +381,7 @@ type capabilities struct {
 	notifier    PartitionNotifier // notifications (nil: none)
 	cleaner     Cleaner           // retention cleanup (nil: none)
 	unordered   UnorderedStore    // Ordering none (nil: unsupported)
+	prefix      PrefixConfirmer   // a log position confirms settlements (nil: each is durable alone)
 	health      HealthChecker     // the publisher's broker health (nil: unknown)
 	keyPipeline int               // messages of one key per Publish call (KeyPipeliner; 1: one)
 }
@@ -404,6 +407,7 @@ func capsOf(store Store, pub Publisher) capabilities {
 	c.notifier, _ = store.(PartitionNotifier)
 	c.cleaner, _ = store.(Cleaner)
 	c.unordered, _ = store.(UnorderedStore)
+	c.prefix, _ = store.(PrefixConfirmer)
 	c.health, _ = pub.(HealthChecker)
 	return c
 }

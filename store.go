@@ -193,6 +193,21 @@ type Claim interface {
 	Release(ctx context.Context) error
 }
 
+// PrefixConfirmer is implemented by stores that make settlements durable
+// as a position in a log (the WAL capture: a replication slot's confirmed
+// position), which covers a record only once every record before it is
+// settled too. A record settled past an unsettled one is not confirmed:
+// if the relay stopped there, the next reader would publish it again. So
+// on a graceful stop the relay first publishes, in key order, the records
+// up to StopBarrier that can go at once, and only then leaves.
+type PrefixConfirmer interface {
+	// StopBarrier returns the Seq up to which every record must be settled
+	// for every settled record to be confirmed (the last record of the
+	// last transaction with a settled message), or 0 when no settled
+	// record waits behind an unsettled one.
+	StopBarrier() int64
+}
+
 // PartitionNotifier is implemented by stores that can signal new writes
 // (LISTEN/NOTIFY in PostgreSQL), naming the partitions written when they
 // can (PostgreSQL's NOTIFY payload): the relay then wakes only the workers

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -33,6 +34,15 @@ type worker struct {
 
 	storeRetry retrier
 	retryStore time.Time // no store call before this after a failure
+
+	// drainTo: on a graceful stop with a store that confirms a prefix
+	// (PrefixConfirmer), the worker publishes its partitions' records up
+	// to this Seq that can go at once before it leaves (see drain); -1
+	// once done or when there is nothing to drain.
+	drainTo int64
+	// drainBy is when a drain stops waiting for retries: ShutdownTimeout
+	// after the stop began, less a publish's time.
+	drainBy time.Time
 }
 
 func newWorker(r *Relay, index int, wake <-chan struct{}) *worker {
@@ -59,7 +69,8 @@ func (w *worker) run(ctx, killCtx context.Context) {
 	done := ctx.Done()
 	for {
 		w.absorb(ctx)
-		if !w.pipe.stopping && ctx.Err() != nil {
+		if !w.pipe.stopping && ctx.Err() != nil && w.drainTo <= 0 {
+			w.drainBy = time.Now().Add(w.r.cfg.ShutdownTimeout - w.r.cfg.PublishTimeout)
 			// Shutdown: nothing new starts; wait for what is in flight,
 			// then settle it at once.
 			w.pipe.stopping = true
@@ -70,10 +81,22 @@ func (w *worker) run(ctx, killCtx context.Context) {
 		var timeout <-chan time.Time
 		if w.pipe.stopping {
 			if !w.busy() {
-				return
+				if !w.drain(killCtx) {
+					return
+				}
+				continue
 			}
 		} else {
-			if w.work(ctx, killCtx) {
+			wctx := ctx
+			if w.drainTo > 0 {
+				wctx = killCtx // draining: ctx has ended
+			}
+			if w.work(wctx, killCtx) {
+				continue
+			}
+			if w.drainTo > 0 && w.drained() {
+				w.drainTo = -1
+				w.pipe.stopping = true // settle what the drain published, then leave
 				continue
 			}
 			// Nothing to do now: wait for a result, a wake-up or a timer.
@@ -137,6 +160,85 @@ func (w *worker) work(ctx, killCtx context.Context) bool {
 		w.pipe.launch(killCtx, b, deadline)
 	}
 	return true
+}
+
+// drain is called on a graceful stop once nothing is in flight or waits to
+// be written. With a store that confirms settlements as a log position
+// (PrefixConfirmer, the WAL capture), records settled past an unsettled
+// one would be published again by the next reader: every worker waits
+// for the others to be as far (stopBarrier), then the relay asks the store
+// up to which Seq records must be settled, and the worker publishes its
+// partitions' records up to there, as when running (key order, batches,
+// retries' outcomes), until none is left that can go before the stop's
+// deadline. Records waiting for a blocked destination, or for a retry due
+// later than ShutdownTimeout allows, are not waited for: they, and what
+// was published past them, are published again by the next reader (the
+// store logs how many). It reports whether the worker drains
+// (the loop runs on, restricted to those records).
+func (w *worker) drain(killCtx context.Context) bool {
+	if w.drainTo != 0 || w.r.caps.prefix == nil {
+		return false
+	}
+	w.drainTo = -1
+	upTo, ok := w.r.stopGap.wait(killCtx, w.r.caps.prefix.StopBarrier)
+	if !ok || upTo <= 0 || len(w.pipe.lanes) == 0 {
+		return false
+	}
+	w.drainTo = upTo
+	w.capture.drainTo = upTo
+	for _, cs := range w.capture.parts {
+		cs.caughtUp = false
+	}
+	w.pipe.stopping = false
+	w.pipe.draining = true
+	return true
+}
+
+// drained reports whether a draining worker has nothing left to do: every
+// partition read up to drainTo, nothing in flight or waiting to be written,
+// and no retry due before drainBy (work, just called, started nothing: what
+// is queued waits for a later retry or a blocked destination).
+func (w *worker) drained() bool {
+	if w.capture.fetching || w.capture.sweeping || w.pipe.busy() || w.pipe.retryDueBefore(w.drainBy) {
+		return false
+	}
+	for _, cs := range w.capture.parts {
+		if !cs.caughtUp {
+			return false
+		}
+	}
+	return true
+}
+
+// stopBarrier makes the workers of a stopping relay wait for each other
+// before one of them asks the store where to drain to: a worker's
+// settlements written after that would move the answer.
+type stopBarrier struct {
+	mu   sync.Mutex
+	left int
+	done chan struct{}
+	upTo int64
+}
+
+func newStopBarrier(workers int) *stopBarrier {
+	return &stopBarrier{left: workers, done: make(chan struct{})}
+}
+
+// wait counts the caller in and waits for the others (or ctx); the last
+// one in calls barrier, whose answer every caller gets.
+func (b *stopBarrier) wait(ctx context.Context, barrier func() int64) (int64, bool) {
+	b.mu.Lock()
+	if b.left--; b.left == 0 {
+		b.upTo = barrier()
+		close(b.done)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.done:
+		return b.upTo, true
+	case <-ctx.Done():
+		return 0, false
+	}
 }
 
 // busy reports whether anything is in flight or waits to be written.

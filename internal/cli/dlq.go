@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/store/postgres"
 )
 
 // Bounds of `outbox dlq list --limit`.
@@ -145,7 +147,12 @@ func newDLQRequeueCommand(a *app, f *dlqFlags) *cobra.Command {
 			return err
 		}
 		return a.dlqAction(ctx, f, "requeued", func(ctx context.Context, d outbox.AdminStore) (int64, error) {
-			return d.Requeue(ctx, flt)
+			n, err := d.Requeue(ctx, flt)
+			if errors.Is(err, postgres.ErrWALCaptured) {
+				// The wrong capture mode for this outbox: the user's flag.
+				return n, usagef("%v", err)
+			}
+			return n, err
 		})
 	})
 	return cmd

@@ -113,3 +113,32 @@ func TestCaptureWALUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQRequeueNeedsTheCaptureMode: on an outbox captured from the WAL,
+// `dlq requeue` without --capture wal refuses (exit 2) and names the fix:
+// requeued into the table, the messages would wait where no relay reads.
+// (On 443b377 it exited 0 and parked them there.) With --capture wal it
+// requeues.
+func TestDLQRequeueNeedsTheCaptureMode(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDSN(t)
+	mustRun(t, nil, "migrate", "--store", dsn, "--capture", "wal", "--partitions", "8")
+	st, err := postgres.Open(t.Context(), dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// A dead letter, as a relay would have written it.
+	if _, err := st.Pool().Exec(t.Context(), `INSERT INTO outbox_dead_letters (id, seq, partition, topic, key, payload, created_at, attempts, last_error, failed_at)
+VALUES (gen_random_uuid(), 1, 0, 'orders.created', 'k', '\x00', now(), 3, 'boom', now())`); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, nil, "dlq", "requeue", "--store", dsn, "--topic", "orders.created")
+	if r.code != 2 || !strings.Contains(r.stderr, "--capture wal") || !strings.Contains(r.stderr, `replication slot "outbox"`) {
+		t.Fatalf("dlq requeue on a WAL-captured outbox without --capture wal: %v\nwant exit 2 naming the slot and --capture wal", r)
+	}
+	r = mustRun(t, nil, "dlq", "requeue", "--store", dsn, "--capture", "wal", "--topic", "orders.created")
+	if !strings.Contains(r.stdout, "requeued 1 dead letter") {
+		t.Fatalf("dlq requeue --capture wal: %v", r)
+	}
+}

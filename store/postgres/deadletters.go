@@ -125,6 +125,16 @@ func (s *Store) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, 
 	if err := s.check("requeue"); err != nil {
 		return 0, err
 	}
+	// An outbox captured from the WAL has no table relay: a requeue into
+	// the table would park the messages where nothing reads them.
+	var walSlot bool
+	slot := s.opts.WAL.Slot
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database())`, slot).Scan(&walSlot); err != nil {
+		return 0, s.wrap("requeue", err)
+	}
+	if walSlot {
+		return 0, fmt.Errorf("postgres: requeue: %w: the replication slot %q of this outbox exists, so its relay reads the WAL, and messages requeued into the table would wait where no relay reads them; requeue with capture wal (`outbox dlq requeue --capture wal …`, or WALStore.Requeue), or, if you went back to table capture, drop the slot (SELECT pg_drop_replication_slot('%s'))", ErrWALCaptured, slot, slot)
+	}
 	var q sqlBuilder
 	q.WriteString(`WITH moved AS (
     DELETE FROM ` + s.n.deadLetters + ` d`)

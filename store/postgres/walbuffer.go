@@ -38,8 +38,10 @@ type walTxn struct {
 	commitLSN  pglogrepl.LSN // where the commit record starts (Begin's FinalLSN)
 	endLSN     pglogrepl.LSN // where it ends (Commit's TransactionEndLSN)
 	commitTime time.Time
-	committed  bool // its Commit message arrived
-	pending    int  // messages not settled
+	committed  bool  // its Commit message arrived
+	pending    int   // messages not settled
+	settled    int   // messages settled (the transaction is not confirmed yet)
+	lastSeq    int64 // Seq of its last message so far
 }
 
 type walEntry struct {
@@ -84,6 +86,7 @@ func (b *walBuffer) add(m outbox.Message, decodeErr string) int {
 		e.txn = &walTxn{committed: true}
 	}
 	e.txn.pending++
+	e.txn.lastSeq = b.seq
 	part := &b.parts[e.rec.Partition]
 	part.entries = append(part.entries, e)
 	b.byID[m.ID] = e
@@ -125,6 +128,21 @@ func (b *walBuffer) advance() {
 	}
 }
 
+// stopBarrier returns the Seq up to which every message must be settled
+// for every settled message to be confirmed: the last message so far of
+// the last unconfirmed transaction with a settled message; 0 when none
+// has one. ahead counts the settled messages the confirmed position does
+// not cover (published again if the relay stopped now).
+func (b *walBuffer) stopBarrier() (seq int64, ahead int) {
+	for _, t := range b.txns {
+		if t.settled > 0 {
+			seq = t.lastSeq
+			ahead += t.settled
+		}
+	}
+	return seq, ahead
+}
+
 // full reports whether the bounds are reached: the reader stops reading.
 func (b *walBuffer) full(maxMsgs, maxBytes int) bool {
 	return b.n >= maxMsgs || b.n > 0 && b.bytes >= maxBytes
@@ -149,6 +167,7 @@ func (b *walBuffer) settle(e *walEntry) {
 	b.n--
 	b.bytes -= len(e.rec.Payload)
 	e.txn.pending--
+	e.txn.settled++
 	part := &b.parts[e.rec.Partition]
 	part.done++
 	// Drop settled entries from the head; compact when they pile up

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -525,3 +526,91 @@ func TestWALUndecodableAndDuplicate(t *testing.T) {
 		t.Fatalf("%d messages published, want 1 (the duplicate dropped, the undecodable dead-lettered)", n)
 	}
 }
+
+// TestWALGracefulStopRepublishesNothing: partitions progress independently,
+// so a relay that lags has published later transactions while earlier
+// ones wait in another worker's queue; the slot can be confirmed only up
+// to the first unsettled message. A graceful stop publishes what lies
+// before the last settled message first, so the confirmed position covers
+// everything published and a relay started after it publishes nothing
+// again. (On 443b377 the workers only waited for their publishes in
+// flight: the 10 messages of the later transaction, published and
+// acknowledged, were all published again by the next relay.)
+func TestWALGracefulStopRepublishesNothing(t *testing.T) {
+	t.Parallel()
+	b := setupWAL(t, Options{})
+	cfg := walRelayConfig("a")
+	cfg.Workers, cfg.InFlight, cfg.BatchSize = 2, 1, 1
+	// The hung publish must not time out, however slow the machine.
+	cfg.PublishTimeout, cfg.LeaseTTL, cfg.ShutdownTimeout = 20*time.Second, time.Minute, time.Minute
+	cfg.Logger = slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	keysOf := func(worker int) []string {
+		var keys []string
+		for i := 0; len(keys) < 10; i++ {
+			k := fmt.Sprintf("w%d-%d", worker, i)
+			if outbox.PartitionOf(k, testPartitions)%cfg.Workers == worker {
+				keys = append(keys, k)
+			}
+		}
+		return keys
+	}
+	slowKeys, fastKeys := keysOf(0), keysOf(1)
+	gate := make(chan struct{})
+	var once sync.Once
+	entered := make(chan struct{})
+	pub := &walBroker{fail: func(m *outbox.Message) error {
+		if strings.HasPrefix(m.Key, "w0-") {
+			once.Do(func() { close(entered) })
+			<-gate // worker 0's first publish hangs until the stop
+		}
+		return nil
+	}}
+	r := startRelay(t, b.store, pub, cfg)
+	b.streaming(t)
+	var first, second []outbox.Message
+	for _, k := range slowKeys {
+		first = append(first, outbox.Message{Topic: "t", Key: k})
+	}
+	for _, k := range fastKeys {
+		second = append(second, outbox.Message{Topic: "t", Key: k})
+	}
+	if err := b.write(b.ctx, first...); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.write(b.ctx, second...); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	// The second transaction, published and settled, waits behind the
+	// first: 10 messages held (the first transaction's).
+	relaytest.WaitFor(t, "the later transaction settled", time.Minute, func() bool { return b.store.Stats().Buffered == 10 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop() }()
+	relaytest.WaitFor(t, "the stop to begin", time.Minute, func() bool { return !r.Ready() })
+	close(gate)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	before := pub.acked.Load()
+	if before != 20 {
+		t.Fatalf("%d messages acknowledged before the stop returned, want the 20 written (relay %+v, store %+v)", before, r.Stats(), b.store.Stats())
+	}
+	b2, err := OpenWAL(b.ctx, b.dsn, b.store.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	r2 := startRelay(t, b2, pub, walRelayConfig("b"))
+	after := currentLSN(t, b.store.Pool())
+	relaytest.WaitFor(t, "the new relay to confirm the latest position", time.Minute, func() bool { return b.slotConfirmed(t) >= after })
+	if err := r2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.acked.Load() - before; n != 0 {
+		t.Fatalf("a relay started after a graceful stop published %d messages again", n)
+	}
+}
+
+type tlog struct{ t *testing.T }
+
+func (l tlog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p), nil }

@@ -30,6 +30,7 @@ var (
 	_ outbox.PartitionNotifier = (*WALStore)(nil)
 	_ outbox.SlotReader        = (*WALStore)(nil)
 	_ outbox.AdminStore        = (*WALStore)(nil)
+	_ outbox.PrefixConfirmer   = (*WALStore)(nil)
 )
 
 // ErrSlotLost is wrapped by the errors of a WALStore whose replication slot
@@ -37,6 +38,10 @@ var (
 // max_slot_wal_keep_size exceeded). Messages written since the slot's
 // confirmed position were lost and cannot be recovered from the WAL.
 var ErrSlotLost = errors.New("the replication slot was invalidated by PostgreSQL (wal_status = lost): messages written since its confirmed position were LOST")
+
+// ErrWALCaptured is wrapped by the error of a table-mode Store's Requeue
+// on an outbox captured from the WAL (its replication slot exists).
+var ErrWALCaptured = errors.New("this outbox is captured from the WAL (capture wal)")
 
 // errSlotBusy: another relay streams from the slot; this one stands by.
 var errSlotBusy = errors.New("the replication slot is active in another relay: standing by")
@@ -339,10 +344,28 @@ func (s *WALStore) idleLocked() bool {
 	return s.everLive && len(s.relays) == 0 && s.leases.Held("", now) == 0
 }
 
+// StopBarrier returns the Seq up to which the held messages must be
+// settled for every settled message to be confirmed (see
+// outbox.PrefixConfirmer): a graceful stop of the relay publishes them
+// first, so that the position it confirms covers everything it published.
+func (s *WALStore) StopBarrier() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buf == nil || !s.active {
+		return 0
+	}
+	seq, _ := s.buf.stopBarrier()
+	return seq
+}
+
 // Leave removes node's heartbeat and releases its leases with those
 // epochs. When the last relay of this process leaves, the reader confirms
-// the settled position and releases the slot (a graceful stop loses
-// nothing and leaves nothing to publish twice).
+// the settled position and releases the slot. A graceful stop of the
+// relay first publishes what lies below its StopBarrier, so it leaves
+// nothing to publish twice, but for the messages it could not publish at
+// once (a key waiting for a retry, a blocked destination), and the
+// messages published past them: those are logged (a WARN with the count)
+// and published again, with the same IDs, by the next holder.
 func (s *WALStore) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
 	if err := s.check("leave"); err != nil {
 		return err
@@ -351,7 +374,15 @@ func (s *WALStore) Leave(ctx context.Context, node string, leases []outbox.Lease
 	s.leases.Release(node, leases)
 	delete(s.relays, node)
 	idle := s.idleLocked()
+	var ahead int
+	if idle && s.buf != nil && s.active {
+		_, ahead = s.buf.stopBarrier()
+	}
+	log := s.log
 	s.mu.Unlock()
+	if ahead > 0 {
+		log.Warn("leaving the slot with messages published past an unsettled one (waiting for a retry or a blocked destination): the confirmed position cannot cover them, and the next relay on the slot publishes them again (same IDs)", "slot", s.w.Slot, "published_again", ahead)
+	}
 	if idle {
 		s.stopReader(ctx)
 	}
