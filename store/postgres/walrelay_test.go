@@ -28,6 +28,7 @@ type walBroker struct {
 	mu      sync.Mutex
 	fail    func(m *outbox.Message) error // nil: acknowledge everything
 	onCall  func()                        // called at every Publish
+	onAck   func(m *outbox.Message)       // called for every message acknowledged
 	acked   atomic.Int64
 }
 
@@ -45,7 +46,9 @@ func (b *walBroker) Publish(ctx context.Context, msgs []*outbox.Message) []error
 				continue
 			}
 		}
-		if b.checker != nil {
+		if b.onAck != nil {
+			b.onAck(m)
+		} else if b.checker != nil {
 			b.checker.Delivered(brokertest.Received{ID: m.ID, Key: m.Key, Topic: m.Topic})
 		}
 		b.acked.Add(1)
