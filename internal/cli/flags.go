@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -100,12 +101,37 @@ func (sf *storeFlags) openAdmin(ctx context.Context, a *app, command string) (ba
 	if err != nil {
 		return nil, nil, err
 	}
+	if s, err = sf.detectCapture(ctx, a, s); err != nil {
+		return nil, nil, err
+	}
 	as, err := adminOf(s, storeScheme(sf.url), command)
 	if err != nil {
 		a.closeStore(s)
 		return nil, nil, err
 	}
 	return s, as, nil
+}
+
+// detectCapture reopens a PostgreSQL store with capture wal when the
+// capture mode was not given (--capture, ?capture=) and the outbox is
+// captured from the WAL (its replication slot exists): status, the console
+// and dlq then show the slot and the streaming relay, and a requeue goes
+// into the WAL, where the relay reads.
+func (sf *storeFlags) detectCapture(ctx context.Context, a *app, s backends.Store) (backends.Store, error) {
+	wc, ok := s.(interface {
+		WALCaptured(context.Context) (bool, error)
+	})
+	if !ok || sf.capture != "" || strings.Contains(sf.url, "capture=") {
+		return s, nil
+	}
+	if yes, err := wc.WALCaptured(ctx); err != nil || !yes {
+		return s, nil // the command's own queries report a broken connection
+	}
+	a.closeStore(s)
+	wal := *sf
+	wal.capture = backends.CaptureWAL
+	a.log.Debug("the outbox is captured from the WAL (its replication slot exists): reading it as --capture wal")
+	return wal.open(ctx, a)
 }
 
 // adminOf returns s as an outbox.AdminStore, or a usage error naming the

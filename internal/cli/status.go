@@ -130,7 +130,15 @@ func writeStatusText(w io.Writer, st *outbox.Status, now time.Time) error {
 		fmt.Fprintf(tw, "oldest\t%s (written %s)\n", age(now.Sub(st.OldestCreatedAt)), st.OldestCreatedAt.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(tw, "dead letters\t%d\n", st.DeadLetters)
-	fmt.Fprintf(tw, "live relays\t%d\n", len(st.Relays))
+	if st.Slot != nil && !st.Slot.Held {
+		state := "none streams from the slot"
+		if st.Slot.Active {
+			state = "one streams from the slot (the others stand by)"
+		}
+		fmt.Fprintf(tw, "live relays\t- (capture wal: %s; see below)\n", state)
+	} else {
+		fmt.Fprintf(tw, "live relays\t%d\n", len(st.Relays))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -114,31 +114,64 @@ func TestCaptureWALUsageErrors(t *testing.T) {
 	}
 }
 
-// TestDLQRequeueNeedsTheCaptureMode: on an outbox captured from the WAL,
-// `dlq requeue` without --capture wal refuses (exit 2) and names the fix:
-// requeued into the table, the messages would wait where no relay reads.
-// (On 443b377 it exited 0 and parked them there.) With --capture wal it
-// requeues.
-func TestDLQRequeueNeedsTheCaptureMode(t *testing.T) {
+// TestAdminDetectsTheCaptureMode: on an outbox captured from the WAL,
+// `status` and `dlq requeue` without --capture read it as capture wal
+// (its replication slot exists): status shows the slot instead of "live
+// relays 0", and a requeue goes into the WAL, where the relay reads. With
+// --capture table, a requeue refuses (exit 2) and names the fix: requeued
+// into the table, the messages would wait where no relay reads them. (On
+// 443b377 it exited 0 and parked them there.)
+func TestAdminDetectsTheCaptureMode(t *testing.T) {
 	t.Parallel()
+	t.Cleanup(func() { dropSlot(t, "outbox_adm_outbox") })
 	dsn := testenv.PostgresDSN(t)
-	mustRun(t, nil, "migrate", "--store", dsn, "--capture", "wal", "--partitions", "8")
-	st, err := postgres.Open(t.Context(), dsn, postgres.Options{})
+	// Its own schema, so its own slot (slots are the server's, and other
+	// tests use the default one).
+	st, err := postgres.Open(t.Context(), dsn, postgres.Options{Schema: "adm"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	dsn += "&schema=adm"
+	mustRun(t, nil, "migrate", "--store", dsn, "--capture", "wal", "--partitions", "8")
 	// A dead letter, as a relay would have written it.
-	if _, err := st.Pool().Exec(t.Context(), `INSERT INTO outbox_dead_letters (id, seq, partition, topic, key, payload, created_at, attempts, last_error, failed_at)
+	if _, err := st.Pool().Exec(t.Context(), `INSERT INTO adm.outbox_dead_letters (id, seq, partition, topic, key, payload, created_at, attempts, last_error, failed_at)
 VALUES (gen_random_uuid(), 1, 0, 'orders.created', 'k', '\x00', now(), 3, 'boom', now())`); err != nil {
 		t.Fatal(err)
 	}
-	r := run(t, nil, "dlq", "requeue", "--store", dsn, "--topic", "orders.created")
-	if r.code != 2 || !strings.Contains(r.stderr, "--capture wal") || !strings.Contains(r.stderr, `replication slot "outbox"`) {
-		t.Fatalf("dlq requeue on a WAL-captured outbox without --capture wal: %v\nwant exit 2 naming the slot and --capture wal", r)
+	text := mustRun(t, nil, "status", "--store", dsn).stdout
+	for _, re := range []string{`(?m)^replication slot\s+outbox_adm_outbox`, `(?m)^live relays\s+- \(capture wal`} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Fatalf("status without --capture on a WAL-captured outbox lacks %s:\n%s", re, text)
+		}
 	}
-	r = mustRun(t, nil, "dlq", "requeue", "--store", dsn, "--capture", "wal", "--topic", "orders.created")
+	r := run(t, nil, "dlq", "requeue", "--store", dsn, "--capture", "table", "--topic", "orders.created")
+	if r.code != 2 || !strings.Contains(r.stderr, "--capture wal") || !strings.Contains(r.stderr, `replication slot "outbox_adm_outbox"`) {
+		t.Fatalf("dlq requeue --capture table on a WAL-captured outbox: %v\nwant exit 2 naming the slot and --capture wal", r)
+	}
+	r = mustRun(t, nil, "dlq", "requeue", "--store", dsn, "--topic", "orders.created")
 	if !strings.Contains(r.stdout, "requeued 1 dead letter") {
-		t.Fatalf("dlq requeue --capture wal: %v", r)
+		t.Fatalf("dlq requeue (capture detected): %v", r)
+	}
+	if n, err := st.CountDeadLetters(t.Context(), outbox.DeadLetterFilter{}); err != nil || n != 0 {
+		t.Fatalf("%d dead letters left (%v), want 0", n, err)
+	}
+	var rows int
+	if err := st.Pool().QueryRow(t.Context(), `SELECT count(*) FROM adm.outbox_messages`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d rows requeued into the table (%v): want none, the message goes into the WAL", rows, err)
+	}
+}
+
+// dropSlot drops a replication slot a test made: slots are the server's,
+// shared by every test database.
+func dropSlot(t *testing.T, name string) {
+	conn, err := pgx.Connect(context.Background(), testenv.PostgresServerDSN(t))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name); err != nil {
+		t.Error(err)
 	}
 }

@@ -127,12 +127,11 @@ func (s *Store) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, 
 	}
 	// An outbox captured from the WAL has no table relay: a requeue into
 	// the table would park the messages where nothing reads them.
-	var walSlot bool
-	slot := s.opts.WAL.Slot
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database())`, slot).Scan(&walSlot); err != nil {
+	walSlot, err := s.WALCaptured(ctx)
+	if err != nil {
 		return 0, s.wrap("requeue", err)
 	}
-	if walSlot {
+	if slot := s.opts.WAL.Slot; walSlot {
 		return 0, fmt.Errorf("postgres: requeue: %w: the replication slot %q of this outbox exists, so its relay reads the WAL, and messages requeued into the table would wait where no relay reads them; requeue with capture wal (`outbox dlq requeue --capture wal …`, or WALStore.Requeue), or, if you went back to table capture, drop the slot (SELECT pg_drop_replication_slot('%s'))", ErrWALCaptured, slot, slot)
 	}
 	var q sqlBuilder
@@ -152,6 +151,15 @@ SELECT id, partition, topic, key, payload, headers, created_at FROM moved ORDER 
 		return 0, s.wrap("requeue", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// WALCaptured reports whether this outbox is captured from the WAL: the
+// replication slot that capture wal would read (Options.WAL.Slot, by
+// default named after the schema and prefix) exists in this database.
+func (s *Store) WALCaptured(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database())`, s.opts.WAL.Slot).Scan(&ok)
+	return ok, err
 }
 
 // PurgeDeadLetters deletes the dead letters matching f (Limit ignored) for
