@@ -84,6 +84,23 @@ type HorizonReader interface {
 	XminHorizon(ctx context.Context) (*XminHorizon, error)
 }
 
+// Held returns the holder that holds the horizon back for the outbox
+// table (the oldest in transaction IDs, not a catalog-only slot) when it
+// has held it for at least d and for at least one transaction ID.
+func (hz *XminHorizon) Held(d time.Duration) (HorizonHolder, bool) {
+	if hz == nil {
+		return HorizonHolder{}, false
+	}
+	for _, h := range hz.Holders {
+		if h.Kind == HolderSlotCatalog || h.AgeXids != hz.AgeXids {
+			continue
+		}
+		held := h.AgeXids > 0 && h.AgeSeconds != nil && *h.AgeSeconds >= d.Seconds()
+		return h, held
+	}
+	return HorizonHolder{}, false
+}
+
 // String names a holder for a person: "session pid 1234 (user app,
 // application psql, idle in transaction)", "prepared transaction \"gid\"",
 // "replication slot \"name\" (xmin)".

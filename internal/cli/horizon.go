@@ -15,17 +15,7 @@ const horizonHeldAfter = time.Minute
 
 // horizonHeld reports whether hz is held back for the outbox table for
 // longer than horizonHeldAfter, and by whom.
-func horizonHeld(hz *outbox.XminHorizon) (outbox.HorizonHolder, bool) {
-	if hz == nil || hz.AgeSeconds == nil || *hz.AgeSeconds < horizonHeldAfter.Seconds() {
-		return outbox.HorizonHolder{}, false
-	}
-	for _, h := range hz.Holders {
-		if h.Kind != outbox.HolderSlotCatalog && h.AgeXids == hz.AgeXids {
-			return h, true
-		}
-	}
-	return outbox.HorizonHolder{}, false
-}
+func horizonHeld(hz *outbox.XminHorizon) (outbox.HorizonHolder, bool) { return hz.Held(horizonHeldAfter) }
 
 // horizonLine is the one-line summary of the xmin horizon, for status and
 // the console.
@@ -38,7 +28,7 @@ func horizonLine(hz *outbox.XminHorizon) string {
 		}
 		return s
 	}
-	return fmt.Sprintf("HELD for %s (%d xids) by %s: vacuum cannot remove the outbox's deleted rows, and the relay slows down", age(secondsDuration(*hz.AgeSeconds)), hz.AgeXids, h)
+	return fmt.Sprintf("HELD for %s (%d xids) by %s: vacuum cannot remove the outbox's deleted rows, and the relay slows down", age(secondsDuration(*h.AgeSeconds)), h.AgeXids, h)
 }
 
 func secondsDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

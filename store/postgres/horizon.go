@@ -214,7 +214,7 @@ func (s *Store) sampleHorizon(ctx context.Context) {
 		log.Warn("postgres: cannot read the xmin horizon", "err", err)
 		return
 	}
-	holder, held := heldHolder(hz, warnAfter)
+	holder, held := hz.Held(warnAfter)
 	now := time.Now()
 	s.horizon.mu.Lock()
 	defer s.horizon.mu.Unlock()
@@ -233,22 +233,6 @@ func (s *Store) sampleHorizon(ctx context.Context) {
 	s.horizon.warned, s.horizon.warnedAt = id, now
 	log.Warn("postgres: "+holder.String()+" holds back the xmin horizon: vacuum cannot remove the rows the relay deletes, and every fetch walks over them; the relay slows down with every message written meanwhile. "+HolderAdvice(holder),
 		holderAttrs(holder, hz)...)
-}
-
-// heldHolder returns the holder that holds the horizon back for the
-// outbox table (the oldest in transaction IDs) when it has held it for at
-// least warnAfter.
-func heldHolder(hz *outbox.XminHorizon, warnAfter time.Duration) (outbox.HorizonHolder, bool) {
-	for _, h := range hz.Holders {
-		if h.Kind == outbox.HolderSlotCatalog || h.AgeXids != hz.AgeXids {
-			continue
-		}
-		if h.AgeSeconds != nil && *h.AgeSeconds >= warnAfter.Seconds() && h.AgeXids > 0 {
-			return h, true
-		}
-		return h, false
-	}
-	return outbox.HorizonHolder{}, false
 }
 
 func holderID(h outbox.HorizonHolder) string {
