@@ -15,7 +15,9 @@ const horizonHeldAfter = time.Minute
 
 // horizonHeld reports whether hz is held back for the outbox table for
 // longer than horizonHeldAfter, and by whom.
-func horizonHeld(hz *outbox.XminHorizon) (outbox.HorizonHolder, bool) { return hz.Held(horizonHeldAfter) }
+func horizonHeld(hz *outbox.XminHorizon) (outbox.HorizonHolder, bool) {
+	return hz.Held(horizonHeldAfter)
+}
 
 // horizonLine is the one-line summary of the xmin horizon, for status and
 // the console.
