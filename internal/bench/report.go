@@ -189,7 +189,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 
-	for _, table := range []func() (string, []string){r.relaysTable, r.loadTable} {
+	for _, table := range []func() (string, []string){r.relaysTable, r.loadTable, r.horizonTable} {
 		s, fails := table()
 		b.WriteString(s)
 		failures = append(failures, fails...)
