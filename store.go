@@ -273,6 +273,10 @@ type Status struct {
 	// Its messages wait in the log, not in a table: Outstanding counts
 	// only those a relay of this process holds in memory.
 	Slot *SlotStatus `json:"slot,omitempty"`
+	// XminHorizon says what holds back the database's vacuum, for stores
+	// whose cost depends on it (PostgreSQL with capture table); nil
+	// otherwise.
+	XminHorizon *XminHorizon `json:"xmin_horizon,omitempty"`
 }
 
 // SlotStatus describes a logical replication slot that a relay captures

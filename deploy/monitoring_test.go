@@ -46,7 +46,7 @@ func TestAlertRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, alert := range []string{"OutboxBacklogGrowing", "OutboxOldestMessageTooOld", "OutboxDeadLettersIncreasing",
-		"OutboxNoLiveRelay", "OutboxLeaseChurn", "OutboxDestinationBlocked"} {
+		"OutboxNoLiveRelay", "OutboxLeaseChurn", "OutboxDestinationBlocked", "OutboxXminHorizonHeld"} {
 		if !bytes.Contains(b, []byte("alert: "+alert+"\n")) {
 			t.Errorf("alerts.yml has no alert %s", alert)
 		}

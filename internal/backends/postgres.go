@@ -110,5 +110,9 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	if err != nil {
 		return nil, err
 	}
+	if o.Logger != nil {
+		// The relay's heartbeat warns when the xmin horizon is held.
+		s.SetLogger(o.Logger)
+	}
 	return postgresStore{s}, nil
 }

@@ -63,7 +63,7 @@ func TestRunEveryScenario(t *testing.T) {
 			checkLoad(t, res)
 			continue
 		}
-		if res.Scenario == CeilingName || res.Scenario == SteadyWALName {
+		if res.Scenario == CeilingName || res.Scenario == SteadyWALName || res.Scenario == HorizonWALFreeName || res.Scenario == HorizonWALHeldName {
 			continue
 		}
 		if len(res.Details) != 1 || len(res.Runs) != 1 {
@@ -120,6 +120,20 @@ func TestRunEveryScenario(t *testing.T) {
 	if l := st.Latency; runtime.GOOS == "linux" && !(l.CPUBusy > 0 && l.CPUBusy <= 100) {
 		t.Errorf("steady: CPU busy %v%%, want a share of the machine's CPU time (0, 100]", l.CPUBusy)
 	}
+	for _, name := range []string{HorizonFreeName, HorizonHeldName} {
+		res := rep.Result(name)
+		if res == nil || res.Load == nil {
+			t.Fatalf("no %s load in the report", name)
+		}
+		if l := res.Load; l.HeldXmin != (name == HorizonHeldName) || l.DeadTuples < 0 || l.FetchMeanMs <= 0 || l.SettleMeanMs <= 0 {
+			t.Errorf("%s: held %v, dead tuples %d, fetch %v ms, settle %v ms; want the hold as named and all read", name, l.HeldXmin, l.DeadTuples, l.FetchMeanMs, l.SettleMeanMs)
+		}
+	}
+	for _, name := range []string{HorizonWALFreeName, HorizonWALHeldName} {
+		if res := rep.Result(name); res == nil || res.Latency == nil || res.Latency.Rate != 2000 || res.Latency.Messages == 0 {
+			t.Errorf("%s: %+v, want a latency at 2,000 msgs/s", name, res)
+		}
+	}
 	for _, tg := range rep.Targets {
 		// Statements need pg_stat_statements (not on the test server); a
 		// ratio of what the relay adds needs mode none to add something,
@@ -134,7 +148,8 @@ func TestRunEveryScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"relay/key", "seed-tuned", "ceiling/combined", "ADR EVENTS/S", "P99 MS", "targets", "32,500", "capture modes", "writer/wal-tx10", "relay/wal ≥ 1.5 × relay/key", "steady/wal [external database]: relay/wal", "steady/wal CPU per message",
-		"db:     external", "relay processes [external database]", "relays/3", "steady load [external database]", "steady/none@5000", "idle: one `outbox relay` process", "CPU µs/MSG PG", "relay/key ≥ 0.95 × relay/none"} {
+		"db:     external", "relay processes [external database]", "relays/3", "steady load [external database]", "steady/none@5000", "idle: one `outbox relay` process",
+		"xmin horizon [external database]", "horizon/held@2000", "held ÷ free", "horizon/wal-held@2000", "CPU µs/MSG PG", "relay/key ≥ 0.95 × relay/none"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, table.String())
 		}
@@ -201,6 +216,7 @@ func TestSelect(t *testing.T) {
 		{[]string{"writer/*", "ceiling/wal"}, []string{CeilingWALName, WriterTableTx1Name, WriterWALTx1Name, WriterTableTx10Name, WriterWALTx10Name}},
 		{[]string{"steady/*,seed-naive"}, []string{SeedNaiveName, SteadyKey1000Name, SteadyNone1000Name, SteadyKey5000Name, SteadyNone5000Name, SteadyWALName}},
 		{[]string{"relays/*", "idle"}, []string{"relays/1", "relays/2", "relays/3", IdleName}},
+		{[]string{"horizon/*"}, []string{HorizonFreeName, HorizonHeldName, HorizonWALFreeName, HorizonWALHeldName}},
 		{[]string{"scaling/*", "relay/key"}, []string{RelayKeyName, "scaling/w1", "scaling/w2", "scaling/w4", "scaling/w8"}},
 	}
 	for _, c := range cases {

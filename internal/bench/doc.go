@@ -181,6 +181,14 @@
 // brokers the steady scenarios fail with an error saying so. Every
 // message must arrive and the outbox must end empty.
 //
+// horizon/free@2000 and horizon/held@2000 are steady/key@2000; the held
+// one opens, once the relay is ready, a transaction on a connection of its
+// own that takes a transaction ID and stays idle in transaction until
+// every message was received, as a forgotten application session would:
+// vacuum can then remove none of the rows the relay deletes. They are
+// shown side by side with the held run's ratios, the relay's mean fetch
+// and settle times and the outbox table's dead tuples at the end.
+//
 // idle runs one `outbox relay` process (ordering key) on an empty outbox
 // for --idle-duration (20 s) after it is ready: its CPU and PostgreSQL's
 // as a share of a core, and the statements per second (every statement

@@ -50,6 +50,15 @@ type Load struct {
 	RelayStatementsPerSec float64 `json:"relay_statements_per_sec"`
 	// Statements are the top statements of the span with the relay.
 	Statements []Statement `json:"statements,omitempty"`
+	// HeldXmin: one idle transaction holding a transaction ID stayed open
+	// through the run with the relay (the horizon/held scenarios).
+	HeldXmin bool `json:"held_xmin,omitempty"`
+	// DeadTuples is the outbox table's n_dead_tup once every message was
+	// received (pg_stat_user_tables; -1: not read), FetchMeanMs and
+	// SettleMeanMs the relay's mean fetch and settle times (its metrics).
+	DeadTuples   int64   `json:"dead_tuples_at_end"`
+	FetchMeanMs  float64 `json:"fetch_mean_ms"`
+	SettleMeanMs float64 `json:"settle_mean_ms"`
 }
 
 // Steady and idle scenario names.
@@ -61,6 +70,12 @@ const (
 	SteadyNone1000Name = "steady/none@1000"
 	SteadyKey5000Name  = "steady/key@5000"
 	SteadyNone5000Name = "steady/none@5000"
+	// HorizonFreeName and HorizonHeldName are steady/key@2000 without
+	// and with one idle transaction holding a transaction ID (so the xmin
+	// horizon) through the run with the relay: vacuum cannot remove the
+	// rows the relay deletes.
+	HorizonFreeName = "horizon/free@2000"
+	HorizonHeldName = "horizon/held@2000"
 	// SteadyPerTx is the messages per producer transaction of the
 	// steady/ORDERING@RATE scenarios.
 	SteadyPerTx = 10
@@ -71,11 +86,14 @@ var loadScenarios = []struct {
 	name     string
 	ordering outbox.Ordering
 	rate     int
+	hold     bool // hold the xmin horizon through the run with the relay
 }{
-	{SteadyKey1000Name, outbox.OrderingKey, 1000},
-	{SteadyNone1000Name, outbox.OrderingNone, 1000},
-	{SteadyKey5000Name, outbox.OrderingKey, 5000},
-	{SteadyNone5000Name, outbox.OrderingNone, 5000},
+	{SteadyKey1000Name, outbox.OrderingKey, 1000, false},
+	{SteadyNone1000Name, outbox.OrderingNone, 1000, false},
+	{SteadyKey5000Name, outbox.OrderingKey, 5000, false},
+	{SteadyNone5000Name, outbox.OrderingNone, 5000, false},
+	{HorizonFreeName, outbox.OrderingKey, 2000, false},
+	{HorizonHeldName, outbox.OrderingKey, 2000, true},
 }
 
 // LoadScenarioNames lists the steady/ORDERING@RATE scenarios and idle.
@@ -149,6 +167,13 @@ func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.D
 // message committed after the warm-up, once every message was received
 // and the outbox is empty.
 func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration) (*Load, RunResult, error) {
+	return steadyLoad(ctx, env, k, ordering, rate, warmup, d, false)
+}
+
+// steadyLoad is SteadyLoad; with hold, one idle transaction holding a
+// transaction ID is opened once the relay is ready and stays open until
+// every message was received and the dead tuples were read (holdXmin).
+func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration, hold bool) (*Load, RunResult, error) {
 	if env.Broker.receive == nil {
 		return nil, RunResult{}, fmt.Errorf("bench: the steady scenarios measure commit→receive with a subscriber on the broker, which the bench has for NATS only (--broker %s)", scheme(env.Broker.url))
 	}
@@ -177,6 +202,14 @@ func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	defer func() { _ = relay.stop() }()
 	if err := waitRelayReady(ctx, relay, ordering); err != nil {
 		return nil, RunResult{}, err
+	}
+	l.HeldXmin = hold
+	if hold {
+		release, err := holdXmin(ctx, env)
+		if err != nil {
+			return nil, RunResult{}, err
+		}
+		defer release()
 	}
 	perTx, txs, _ := txShape(rate, SteadyPerTx, warmup+d)
 	n := perTx * txs
@@ -211,6 +244,13 @@ func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	m, err := relay.scrape(ctx)
 	if err != nil {
 		return nil, RunResult{}, err
+	}
+	l.DeadTuples = deadTuples(ctx, env)
+	if c := m["outbox_fetch_duration_seconds_count"]; c > 0 {
+		l.FetchMeanMs = 1e3 * m["outbox_fetch_duration_seconds_sum"] / c
+	}
+	if c := m["outbox_settle_duration_seconds_count"]; c > 0 {
+		l.SettleMeanMs = 1e3 * m["outbox_settle_duration_seconds_sum"] / c
 	}
 	if err := relay.stop(); err != nil {
 		return nil, RunResult{}, err
@@ -338,7 +378,7 @@ func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, nam
 		}
 		for _, s := range loadScenarios {
 			if s.name == name {
-				l, r, err = SteadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration)
+				l, r, err = steadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration, s.hold)
 			}
 		}
 	})
@@ -354,4 +394,37 @@ func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, nam
 		res.once(r, l.Achieved)
 	}
 	return res, nil
+}
+
+// holdXmin opens a transaction on a connection of its own, takes a
+// transaction ID and leaves it idle, as a forgotten session of an
+// application would: from then on vacuum keeps every row deleted after
+// it. release rolls it back.
+func holdXmin(ctx context.Context, env *Env) (release func(), err error) {
+	conn, err := env.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: hold the xmin horizon: %w", err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT pg_current_xact_id()`)
+	}
+	if err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("bench: hold the xmin horizon: %w", err)
+	}
+	return func() {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		conn.Release()
+	}, nil
+}
+
+// deadTuples reads the outbox table's dead tuples (n_dead_tup, which
+// PostgreSQL's statistics update within a second or so), -1 if it cannot.
+func deadTuples(ctx context.Context, env *Env) int64 {
+	var n int64
+	if err := env.Pool.QueryRow(ctx, `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`, env.messages).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }

@@ -341,7 +341,7 @@ func ScenarioNames() []string {
 	}
 	names = append(names, WALScenarioNames()[2:]...) // the writers
 	names = append(names, LoadScenarioNames()...)
-	return append(names, SteadyWALName)
+	return append(names, SteadyWALName, HorizonWALFreeName, HorizonWALHeldName)
 }
 
 // Select returns the PostgreSQL scenario names matched by patterns (names

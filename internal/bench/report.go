@@ -124,7 +124,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	var failures []string
 	rows := 0
 	for _, res := range r.Results {
-		if strings.HasPrefix(res.Scenario, "scaling/") || strings.HasPrefix(res.Scenario, "writer/") || strings.HasPrefix(res.Scenario, "relays/") || res.Load != nil || res.Scenario == SteadyWALName || slices.Contains(LoadScenarioNames(), res.Scenario) {
+		if strings.HasPrefix(res.Scenario, "scaling/") || strings.HasPrefix(res.Scenario, "writer/") || strings.HasPrefix(res.Scenario, "relays/") || res.Load != nil || res.Scenario == SteadyWALName || strings.HasPrefix(res.Scenario, "horizon/") || slices.Contains(LoadScenarioNames(), res.Scenario) {
 			continue
 		}
 		rows++
@@ -189,7 +189,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 
-	for _, table := range []func() (string, []string){r.relaysTable, r.loadTable} {
+	for _, table := range []func() (string, []string){r.relaysTable, r.loadTable, r.horizonTable} {
 		s, fails := table()
 		b.WriteString(s)
 		failures = append(failures, fails...)

@@ -69,6 +69,9 @@ func (r *Report) relaysTable() (string, []string) {
 func (r *Report) loadTable() (string, []string) {
 	var rows []*Result
 	for _, n := range LoadScenarioNames() {
+		if n == HorizonFreeName || n == HorizonHeldName {
+			continue // horizonTable
+		}
 		if res := r.Result(n); res != nil {
 			rows = append(rows, res)
 		}

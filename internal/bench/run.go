@@ -245,14 +245,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	for _, name := range append(LoadScenarioNames(), SteadyWALName) {
+	for _, name := range append(LoadScenarioNames(), SteadyWALName, HorizonWALFreeName, HorizonWALHeldName) {
 		if !slices.Contains(names, name) {
 			continue
 		}
 		env.Log = baseLog.With("scenario", name)
 		var res *Result
 		var err error
-		if name == SteadyWALName {
+		if name == SteadyWALName || name == HorizonWALFreeName || name == HorizonWALHeldName {
 			res, err = runSteady(ctx, env, o, k, rep, name)
 		} else {
 			res, err = runLoad(ctx, env, o, k, rep, name)

@@ -67,6 +67,21 @@ const readyTimeout = 30 * time.Second
 // buffered. It also reads how busy the machine's CPUs were after the
 // warm-up, while producing.
 func SteadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration) (*Latency, RunResult, error) {
+	return steadyWAL(ctx, env, k, rate, warmup, d, false)
+}
+
+// HorizonWALFreeName and HorizonWALHeldName are steady/wal at 2,000
+// msgs/s without and with one idle transaction holding a transaction ID
+// through the run (opened once the relay is ready: creating the slot
+// waits for the transactions in progress).
+const (
+	HorizonWALFreeName = "horizon/wal-free@2000"
+	HorizonWALHeldName = "horizon/wal-held@2000"
+	horizonRate        = 2000
+)
+
+// steadyWAL is SteadyWAL; with hold, see holdXmin.
+func steadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, hold bool) (*Latency, RunResult, error) {
 	if rate <= 0 {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: rate must be positive, got %d", rate)
 	}
@@ -112,6 +127,13 @@ func SteadyWAL(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.
 	cancel()
 	if err != nil {
 		return nil, RunResult{}, fmt.Errorf("bench: steady: the relay was not ready within %v: %w", readyTimeout, err)
+	}
+	if hold {
+		release, err := holdXmin(ctx, env)
+		if err != nil {
+			return nil, RunResult{}, err
+		}
+		defer release()
 	}
 
 	env.meter.setPhase("producing")
@@ -233,7 +255,8 @@ func produce(ctx context.Context, env *Env, k Knobs, writer *postgres.Writer, ra
 	return txs * perTx, time.Since(start), err
 }
 
-// runSteady runs steady/wal for Run, at o.SteadyRate.
+// runSteady runs steady/wal for Run, at o.SteadyRate, or
+// horizon/wal-free@2000 or horizon/wal-held@2000.
 func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, name string) (*Result, error) {
 	rate := o.SteadyRate
 	res := rep.startOnce(env, name, k)
@@ -242,7 +265,13 @@ func runSteady(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, n
 		r   RunResult
 		err error
 	)
-	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) { l, r, err = SteadyWAL(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration) })
+	hold := name == HorizonWALHeldName
+	if name != SteadyWALName {
+		rate = horizonRate
+	}
+	pprof.Do(ctx, pprof.Labels("scenario", name), func(ctx context.Context) {
+		l, r, err = steadyWAL(ctx, env, k, rate, o.SteadyWarmup, o.SteadyDuration, hold)
+	})
 	if err != nil {
 		res.Err = err.Error()
 		return res, err

@@ -46,6 +46,11 @@ func newBenchCommand(a *app) *cobra.Command {
                   rate, first alone, then with one outbox relay process:
                   commit→receive latency, CPU per process, the PostgreSQL
                   CPU and statements the relay adds
+  horizon/free@2000, horizon/held@2000
+                  steady/key@2000 without, then with one idle transaction
+                  holding a transaction ID (the xmin horizon) through the
+                  run with the relay: latency, PostgreSQL CPU per message,
+                  dead tuples at the end, side by side
   idle            one outbox relay process with nothing to do (--idle-duration)
   steady/wal      producers emitting into the WAL at --steady-rate while relay/wal runs: commit→ack
 Drain scenarios run --runs times each, alternating (round-robin). The table

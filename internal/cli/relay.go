@@ -272,6 +272,11 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 			return err
 		}
 	}
+	if hr, ok := store.(outbox.HorizonReader); ok {
+		if err := outboxprom.RegisterHorizon(reg, hr); err != nil {
+			return err
+		}
+	}
 	if _, ok := store.(outbox.SlotReader); ok && cfg.HeartbeatInterval == 0 {
 		// Capture wal: a lease round costs nothing (the leases live in
 		// memory), and a standby that took the slot over publishes from

@@ -147,6 +147,11 @@ func writeStatusText(w io.Writer, st *outbox.Status, now time.Time) error {
 			return err
 		}
 	}
+	if st.XminHorizon != nil {
+		if err := writeHorizonText(w, st.XminHorizon); err != nil {
+			return err
+		}
+	}
 
 	if len(st.Topics) > 0 {
 		fmt.Fprintln(w)

@@ -45,6 +45,9 @@ type overviewLive struct {
 	// ThroughputNote says why there is no throughput chart.
 	ThroughputNote string
 	PollMillis     int64
+	// Horizon is the database's xmin horizon (see horizon.go); nil when
+	// the store does not report it.
+	Horizon *horizonView
 }
 
 type topicRow struct {
@@ -101,6 +104,7 @@ func (s *Server) live(r *http.Request) *overviewLive {
 		}
 		v.Relays = relayRows(st, now, s.opts.Live)
 		v.Hot = hotPartitions(st.Partitions)
+		v.Horizon = newHorizonView(st.XminHorizon)
 	}
 	backlog, live := s.ov.histories(now)
 	var outstanding, dead []chartPoint
@@ -239,6 +243,8 @@ type overviewJSON struct {
 	// BlockedNote says where blocked destinations are known when this
 	// console has no relay.
 	BlockedNote string `json:"blocked_note,omitempty"`
+	// XminHorizon is the database's xmin horizon, when the store reports it.
+	XminHorizon *horizonView `json:"xmin_horizon,omitempty"`
 }
 
 func (s *Server) handleOverviewJSON(w http.ResponseWriter, r *http.Request) {
@@ -249,6 +255,7 @@ func (s *Server) handleOverviewJSON(w http.ResponseWriter, r *http.Request) {
 		StatusTookMillis: float64(snap.Took.Microseconds()) / 1000,
 		Outstanding:      v.Outstanding, OldestAge: v.OldestAge, DeadLetters: v.DeadLetters,
 		Topics: v.Topics, Relays: v.Relays, HotPartitions: v.Hot, Relay: v.Relay, BlockedNote: v.ThroughputNote,
+		XminHorizon: v.Horizon,
 	}
 	if out.Topics == nil {
 		out.Topics = []topicRow{}

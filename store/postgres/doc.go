@@ -107,6 +107,21 @@
 // Check, the relay's lease rounds, the status and the metrics say loudly
 // ([ErrSlotLost]), never a silent restart.
 //
+// # The xmin horizon
+//
+// With capture table every message is a row inserted, then deleted once
+// published. While some transaction older than those rows is still open
+// (a session idle in transaction, a long report, a prepared transaction,
+// a standby with hot_standby_feedback through its slot), vacuum cannot
+// remove the deleted rows, and the fetch, settle and lease statements
+// walk over them: the relay slows down with every message written
+// meanwhile. [Store.XminHorizon] says who holds the horizon (pid,
+// application, state, transaction start; prepared transactions; every
+// slot's xmin and catalog_xmin); it is in the status, and the relay's
+// heartbeat logs a WARN naming the holder once it has held the horizon
+// for Options.HorizonWarnAfter. Capture wal writes no row and is not
+// slowed down.
+//
 // # Retention
 //
 // By default acknowledged messages are deleted at once. With

@@ -46,7 +46,10 @@ func (s *Store) Partitions(ctx context.Context) (int, error) {
 }
 
 // Heartbeat records node as alive until now+ttl by the database clock,
-// forgets expired nodes, and returns how many nodes are alive.
+// forgets expired nodes, and returns how many nodes are alive. At most
+// every HorizonSampleInterval, when the store has a logger (SetLogger), it
+// also reads the xmin horizon and warns when it is held (see
+// [Store.XminHorizon]); that read's failure is logged, not returned.
 func (s *Store) Heartbeat(ctx context.Context, node string, ttl time.Duration) (int, error) {
 	if err := s.check("heartbeat"); err != nil {
 		return 0, err
@@ -58,6 +61,7 @@ func (s *Store) Heartbeat(ctx context.Context, node string, ttl time.Duration) (
 	if err := s.pool.QueryRow(ctx, s.q.heartbeat, node, interval(ttl)).Scan(&live); err != nil {
 		return 0, s.wrap("heartbeat", err)
 	}
+	s.sampleHorizon(ctx)
 	return live, nil
 }
 

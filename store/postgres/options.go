@@ -87,6 +87,13 @@ type Options struct {
 	// before its Write of the same key deadlocks with it: PostgreSQL aborts
 	// one of them (SQLSTATE 40P01) after deadlock_timeout; retry it.
 	KeyLocks *bool
+	// HorizonWarnAfter is how long the database's xmin horizon may be held
+	// back (by a session, a prepared transaction or a replication slot)
+	// before the relay logs a WARN naming the holder (with capture table:
+	// vacuum cannot remove the deleted rows meanwhile, and the relay
+	// slows down); default [HorizonWarnAfterDefault]; negative turns the
+	// warning off. See [Store.XminHorizon].
+	HorizonWarnAfter time.Duration
 }
 
 // Capture is how messages travel from writers to the relay.
@@ -127,6 +134,7 @@ func (o Options) WithDefaults() Options {
 		o.KeyLocks = new(KeyLocksDefault)
 	}
 	o.Capture = cmp.Or(o.Capture, CaptureTable)
+	o.HorizonWarnAfter = cmp.Or(o.HorizonWarnAfter, HorizonWarnAfterDefault)
 	o.WAL = o.WAL.withDefaults(o.Schema, o.TablePrefix)
 	return o
 }

@@ -21,6 +21,7 @@ var (
 	_ outbox.PartitionNotifier = (*Store)(nil)
 	_ outbox.Cleaner           = (*Store)(nil)
 	_ outbox.AdminStore        = (*Store)(nil)
+	_ outbox.HorizonReader     = (*Store)(nil)
 )
 
 // Store is the relay side of a PostgreSQL outbox. It implements
@@ -38,6 +39,7 @@ type Store struct {
 	writer  *Writer
 
 	partitions atomic.Int64 // P once read; 0 before
+	horizon    horizonState // see horizon.go
 
 	closeCtx context.Context // cancelled by Close: ends subscriptions
 	cancel   context.CancelFunc
