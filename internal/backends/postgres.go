@@ -3,12 +3,15 @@ package backends
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/store/postgres"
 )
 
@@ -53,6 +56,20 @@ func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) 
 	return out, err
 }
 
+// pgParseError is pgx's parse error with the connection string shown as
+// redact.URL shows it: pgx redacts its own copy only on a best-effort basis.
+func pgParseError(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		return fmt.Sprintf("cannot parse %s: %s", redact.URL(pe.ConnString), msg[i+3:])
+	}
+	return "cannot parse " + redact.URL(pe.ConnString)
+}
+
 // postgresStore adapts *postgres.Store's migration reports. The embedded
 // pointer keeps every optional ability (UnorderedStore, PartitionNotifier, Cleaner,
 // AdminStore) visible to type assertions.
@@ -73,7 +90,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	// Catch a malformed DSN (a bad sslmode, port or option) as a usage error
 	// before postgres.Open reports it as a connection failure.
 	if _, err := pgxpool.ParseConfig(u.String()); err != nil {
-		return nil, Invalid(StoreFlag, "is not a valid PostgreSQL URL: %v; want postgres://user:password@host:5432/dbname", err)
+		return nil, Invalid(StoreFlag, "is not a valid PostgreSQL URL: %s; want postgres://user:password@host:5432/dbname", pgParseError(err))
 	}
 	opts := postgres.Options{
 		Schema:      o.Schema,
