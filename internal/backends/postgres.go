@@ -114,7 +114,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	if opts.Capture == postgres.CaptureWAL {
 		s, err := postgres.OpenWAL(ctx, u.String(), opts)
 		if err != nil {
-			return nil, err
+			return nil, pgRefusal(err)
 		}
 		if o.Logger != nil {
 			s.SetLogger(o.Logger)
@@ -125,7 +125,27 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	}
 	s, err := postgres.Open(ctx, u.String(), opts)
 	if err != nil {
-		return nil, err
+		return nil, pgRefusal(err)
 	}
 	return postgresStore{s}, nil
+}
+
+// pgRefusal puts first what the server said when it refused the login:
+// pgx reports every attempt (with the default sslmode=prefer, first the
+// TLS one the server refused), which buries a wrong password under a TLS
+// error and "check that the server is running".
+func pgRefusal(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case "28P01": // invalid_password
+		return fmt.Errorf("PostgreSQL refused the password (%s): check the user and password in --store, with a '@', ':' or '/' in the password percent-encoded: %w", pe.Message, err)
+	case "28000": // invalid_authorization_specification: no pg_hba.conf entry
+		return fmt.Errorf("PostgreSQL refused the login (%s): pg_hba.conf lets no such connection in; the server may want TLS (?sslmode=verify-full) or another user: %w", pe.Message, err)
+	case "3D000": // invalid_catalog_name
+		return fmt.Errorf("%s: create the database, or name another in --store (postgres://user@host:5432/DBNAME): %w", pe.Message, err)
+	}
+	return err
 }

@@ -1,8 +1,15 @@
 package cli_test
 
 import (
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // TestUnknownFlagSuggests: a mistyped flag gets "did you mean", as a
@@ -26,4 +33,117 @@ func TestUnknownFlagSuggests(t *testing.T) {
 	if r := run(t, nil, "relay", "--zzzzzzzz"); r.code != 2 || strings.Contains(r.stderr, "did you mean") {
 		t.Errorf("outbox relay --zzzzzzzz: %v", r)
 	}
+}
+
+// TestSQLiteStoreNotCreatedByReaders: status, dlq and console refuse a
+// database file that does not exist (a typo would otherwise leave an empty
+// file and report an empty outbox); migrate creates it and says so, and
+// says "up to date" only the second time.
+func TestSQLiteStoreNotCreatedByReaders(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store := "sqlite://" + filepath.Join(dir, "typo.db")
+	for _, args := range [][]string{
+		{"status", "--store", store},
+		{"dlq", "list", "--store", store},
+		{"console", "--store", store, "--http-addr", "127.0.0.1:0"},
+	} {
+		r := run(t, nil, args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "does not exist") || !strings.Contains(r.stderr, "outbox migrate --store "+store) {
+			t.Errorf("outbox %s: want exit 2 naming the missing file: %v", strings.Join(args, " "), r)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the commands created %v", entries)
+	}
+	if r := mustRun(t, nil, "migrate", "--store", store); !strings.Contains(r.stdout, "created the outbox tables (64 partitions)") {
+		t.Fatalf("first migrate: %v", r)
+	}
+	if r := mustRun(t, nil, "migrate", "--store", store); !strings.Contains(r.stdout, "up to date") {
+		t.Fatalf("second migrate: %v", r)
+	}
+	mustRun(t, nil, "status", "--store", store)
+}
+
+// TestPrintConfigImpliedTLS: a tls:// or amqps:// broker, or a CA file,
+// turns TLS on; --print-config says so instead of "broker-tls false".
+func TestPrintConfigImpliedTLS(t *testing.T) {
+	t.Parallel()
+	for broker, want := range map[string]string{
+		"tls://127.0.0.1:4222":       "implied by --broker tls://",
+		"amqps://u@127.0.0.1:5671/":  "implied by --broker amqps://",
+		"nats://127.0.0.1:4222":      "default",
+		"kafka://127.0.0.1:9092?x=1": "default",
+	} {
+		r := mustRun(t, nil, "relay", "--print-config", "--store", "sqlite:///x.db", "--broker", broker)
+		var line string
+		for l := range strings.Lines(r.stdout) {
+			if strings.HasPrefix(l, "broker-tls ") {
+				line = strings.Join(strings.Fields(l), " ")
+			}
+		}
+		wantValue := "true"
+		if want == "default" {
+			wantValue = "false"
+		}
+		if line != "broker-tls "+wantValue+" "+want {
+			t.Errorf("--broker %s: broker-tls line %q; want value %s from %q", broker, line, wantValue, want)
+		}
+	}
+	r := mustRun(t, nil, "relay", "--print-config", "--store", "sqlite:///x.db", "--broker", "nats://h:4222", "--broker-ca-file", "/etc/ca.pem")
+	if !strings.Contains(r.stdout, "implied by --broker-ca-file") {
+		t.Errorf("--broker-ca-file: %s", r.stdout)
+	}
+}
+
+// TestWrongPostgresPasswordIsAnAuthFailure: with the default sslmode
+// (prefer) and a server without TLS, pgx's first error is "server refused
+// TLS connection"; the command must say that the password was refused.
+func TestWrongPostgresPasswordIsAnAuthFailure(t *testing.T) {
+	t.Parallel()
+	const password, wrong = "app-pw-41c9e07b", "wrong-pw-90d2a6f3"
+	srv := testenv.PostgresServer(t, testenv.PostgresOptions{HBA: []string{"host all app 127.0.0.1/32 scram-sha-256"}})
+	testenv.ExecPostgres(t, srv.DSN(), "CREATE ROLE app LOGIN PASSWORD '"+password+"'")
+	u, err := url.Parse(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("app", wrong)
+	u.Path = "/postgres"
+	u.RawQuery = "" // sslmode prefer, pgx's default: TLS is tried first and refused
+	for _, args := range [][]string{{"migrate", "--store", u.String()}, {"status", "--store", u.String()}} {
+		r := run(t, nil, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "PostgreSQL refused the password") || strings.Index(r.stderr, "refused the password") > strings.Index(r.stderr, "tls") && strings.Contains(r.stderr, "tls") {
+			t.Errorf("outbox %s: want exit 1 saying first that the password was refused: %v", args[0], r)
+		}
+		noSecret(t, r.stdout+r.stderr, wrong)
+	}
+	u.User = url.UserPassword("app", password)
+	u.Path = "/nosuchdb"
+	if r := run(t, nil, "status", "--store", u.String()); r.code != 1 || !strings.Contains(r.stderr, "create the database, or name another in --store") {
+		t.Errorf("a missing database: %v", r)
+	}
+}
+
+// TestKafkaURLAtANonKafkaPort: kafka:// pointed at a NATS server says what
+// answered, not franz-go's "invalid large response size 1229866575".
+func TestKafkaURLAtANonKafkaPort(t *testing.T) {
+	t.Parallel()
+	ns := testenv.NATS(t)
+	hostPort := strings.TrimPrefix(ns.ClientURL(), "nats://")
+	dsn := migrated(t, 4)
+	r := run(t, nil, "relay", "--store", dsn, "--broker", "kafka://"+hostPort, "--http-addr", "")
+	if r.code != 1 || !strings.Contains(r.stderr, `does not speak Kafka (it began with "INFO": a NATS server, use nats://)`) {
+		t.Fatalf("want exit 1 naming a NATS server: %v", r)
+	}
+}
+
+// TestNATSPasswordFileNamedWhenRefused: a refused password names the flag
+// it came from.
+func TestNATSPasswordFileNamedWhenRefused(t *testing.T) {
+	t.Parallel()
+	s := testenv.NATSWith(t, server.Options{Username: "relay", Password: "right-pw-3e8a"})
+	const wrong = "pw-wrong-5b2c90de"
+	relayRefused(t, "the NATS server refused user relay and its password (--nats-user, --nats-password-file)", []string{wrong},
+		"--broker", s.ClientURL(), "--nats-user", "relay", "--nats-password-file", secretFile(t, "pw", wrong))
 }
