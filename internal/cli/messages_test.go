@@ -147,3 +147,33 @@ func TestNATSPasswordFileNamedWhenRefused(t *testing.T) {
 	relayRefused(t, "the NATS server refused user relay and its password (--nats-user, --nats-password-file)", []string{wrong},
 		"--broker", s.ClientURL(), "--nats-user", "relay", "--nats-password-file", secretFile(t, "pw", wrong))
 }
+
+// TestRelaysLiveOnceLeasesAreHeld: outbox_relays_live and
+// outbox_leases_held follow the relay's leases at once, not at the next
+// backlog refresh (here an hour away): an alert on relays_live < 1 would
+// otherwise fire on every deploy. The empty outbox still has a backlog
+// total series, at 0.
+func TestRelaysLiveOnceLeasesAreHeld(t *testing.T) {
+	t.Parallel()
+	dsn := migrated(t, 4)
+	ns := testenv.NATS(t)
+	b := start(t, nil, "relay", "--store", dsn, "--broker", ns.ClientURL(), "--http-addr", "127.0.0.1:0",
+		"--backlog-interval", "1h", "--log-format", "json")
+	addr := httpAddrFromLog(t, b)
+	poll(t, "outbox_relays_live 1 with the relay's 4 leases", func() bool {
+		if code, done := b.exited(); done {
+			t.Fatalf("relay exited %d:\n%s", code, b.stderr)
+		}
+		fams, _ := scrape(t, addr)
+		live, _ := gauge(fams, "outbox_relays_live", "", "")
+		held, _ := gauge(fams, "outbox_leases_held", "", "")
+		return live == 1 && held == 4
+	})
+	fams, _ := scrape(t, addr)
+	if v, ok := gauge(fams, "outbox_backlog_messages", "", ""); !ok || v != 0 {
+		t.Errorf("outbox_backlog_messages of an empty outbox = %v (exported %v), want 0", v, ok)
+	}
+	if code := b.stop(t); code != 0 {
+		t.Fatalf("relay exited %d:\n%s", code, b.stderr)
+	}
+}
