@@ -184,3 +184,35 @@ func TestDestinationsCreateUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryDestinationBlockedIsVisible: a relay on a fresh NATS server (no
+// stream) says so where an operator looks first: /readyz's detail (still
+// 200: a restart creates nothing) and outbox_all_destinations_blocked, which
+// the shipped alert uses; once the stream exists, both clear.
+func TestEveryDestinationBlockedIsVisible(t *testing.T) {
+	t.Parallel()
+	ns := testenv.NATS(t)
+	dsn := migrated(t, 4)
+	write(t, dsn, messages("fresh.created", 5, 2))
+	b := start(t, nil, "relay", "--store", dsn, "--broker", ns.ClientURL(), "--http-addr", "127.0.0.1:0", "--log-format", "json", "--poll-interval", "50ms")
+	addr := httpAddrFromLog(t, b)
+	poll(t, "/readyz to say every destination is blocked", func() bool {
+		code, r := readyz(t, addr)
+		all, _ := r["all_destinations_blocked"].(bool)
+		detail, _ := r["detail"].(string)
+		return code == 200 && all && strings.Contains(detail, "outbox destinations create")
+	})
+	fams, _ := scrape(t, addr)
+	if v, ok := gauge(fams, "outbox_all_destinations_blocked", "", ""); !ok || v != 1 {
+		t.Fatalf("outbox_all_destinations_blocked = %v (exported %v), want 1", v, ok)
+	}
+	createDestinations(t, "--broker", ns.ClientURL(), "--topic", "fresh.>", "--stream", strings.ToUpper(testenv.Name(t)))
+	poll(t, "the destination to unblock", func() bool {
+		fams, _ := scrape(t, addr)
+		v, _ := gauge(fams, "outbox_all_destinations_blocked", "", "")
+		return v == 0
+	})
+	if code := b.stop(t); code != 0 {
+		t.Fatalf("relay exited %d:\n%s", code, b.stderr)
+	}
+}

@@ -33,8 +33,9 @@ var (
 	blockedDesc      = desc("blocked_destinations", "Destinations the relay holds paused because the broker refuses them.")
 	blockedSinceDesc = desc("destination_blocked_since_seconds", "When each blocked destination was blocked, Unix time.", "destination")
 
-	storeUpDesc  = desc("store_up", "1 while the relay reaches its store, 0 while it does not.")
-	brokerUpDesc = desc("broker_up", "1 while the publisher reaches its broker (or cannot tell), 0 while it does not.")
+	storeUpDesc    = desc("store_up", "1 while the relay reaches its store, 0 while it does not.")
+	brokerUpDesc   = desc("broker_up", "1 while the publisher reaches its broker (or cannot tell), 0 while it does not.")
+	allBlockedDesc = desc("all_destinations_blocked", "1 while every destination is blocked: at least one is, and nothing was published since the last one was.")
 )
 
 // backlogCollector reads a backlog monitor's snapshot at scrape time.
@@ -169,6 +170,7 @@ type healthCollector struct{ c *health.Checker }
 func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- storeUpDesc
 	ch <- brokerUpDesc
+	ch <- allBlockedDesc
 }
 
 func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
@@ -183,6 +185,11 @@ func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, up(r.Store))
 	ch <- prometheus.MustNewConstMetric(brokerUpDesc, prometheus.GaugeValue, up(r.Broker))
+	allBlocked := 0.0
+	if r.AllBlocked {
+		allBlocked = 1
+	}
+	ch <- prometheus.MustNewConstMetric(allBlockedDesc, prometheus.GaugeValue, allBlocked)
 }
 
 // RegisterHealth exports the relay's reachability of its store and broker

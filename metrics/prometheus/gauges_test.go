@@ -203,6 +203,9 @@ func TestRelayAndHealthGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outbox_all_destinations_blocked 1 while every destination is blocked: at least one is, and nothing was published since the last one was.
+# TYPE outbox_all_destinations_blocked gauge
+outbox_all_destinations_blocked 0
 # HELP outbox_blocked_destinations Destinations the relay holds paused because the broker refuses them.
 # TYPE outbox_blocked_destinations gauge
 outbox_blocked_destinations 0
@@ -220,6 +223,9 @@ outbox_store_up 1
 	fams := gather(t, reg)
 	if v, _ := value(fams, "outbox_blocked_destinations", ""); v != 1 {
 		t.Errorf("outbox_blocked_destinations = %v, want 1", v)
+	}
+	if v, _ := value(fams, "outbox_all_destinations_blocked", ""); v != 1 {
+		t.Errorf("outbox_all_destinations_blocked with one destination blocked and nothing published = %v, want 1", v)
 	}
 	if v, _ := value(fams, "outbox_destination_blocked_since_seconds", "orders"); v != 1700000000 {
 		t.Errorf("outbox_destination_blocked_since_seconds{orders} = %v, want 1700000000", v)

@@ -67,6 +67,7 @@
 //	outbox_destination_blocked_since_seconds{destination}  gauge  when each was blocked (Unix time)
 //	outbox_store_up                                   gauge  1 while the relay reaches its store
 //	outbox_broker_up                                  gauge  1 while the publisher reaches its broker
+//	outbox_all_destinations_blocked                   gauge  1 while every destination is blocked (nothing goes out)
 //
 // The hook only updates in-memory metrics (atomic adds and a read-locked map
 // lookup per topic), so it never blocks the relay on I/O. The topic label has
