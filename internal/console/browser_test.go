@@ -357,3 +357,32 @@ func TestBrowserHostilePayload(t *testing.T) {
 	open(t, ctx, base+"/find?q=%3Cscript%3Ewindow.__pwned%3D1%3C%2Fscript%3E", "main")
 	check("a find query with markup")
 }
+
+// TestBrowserEveryDestinationBlocked: a relay whose only destination with
+// messages waiting is blocked (it did not say how many wait) shows, at the
+// top of the front page, that nothing can be published and how to create
+// the destination; the blocked row counts the messages from the store,
+// not "–".
+func TestBrowserEveryDestinationBlocked(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	for i := range 3 {
+		write(t, store, outbox.Message{Topic: "orders.created", Key: fmt.Sprint("k", i), Payload: []byte("{}")})
+	}
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "app.orders.created", Reason: "no stream covers it", Since: time.Now()}}}
+	base, _, _ := serve(t, "", console.Options{Store: store, Live: live})
+	ctx := browse(t)
+	open(t, ctx, base+"/", "#outstanding")
+	poll(t, "the banner that nothing can be published", func() bool {
+		return eval[int](t, ctx, `document.querySelectorAll("#all-blocked").length`) == 1
+	})
+	if got := text(t, ctx, "#all-blocked"); !contains(got, "Nothing can be published") || !contains(got, "outbox destinations create") {
+		t.Errorf("banner: %q", got)
+	}
+	if got := text(t, ctx, "#blocked"); !contains(got, "app.orders.created") || !contains(got, "\t3\t") && !contains(got, " 3 ") {
+		t.Errorf("blocked row without the 3 waiting messages: %q", got)
+	}
+	if got := text(t, ctx, "#blocked"); contains(got, "–") {
+		t.Errorf("blocked row shows –: %q", got)
+	}
+}

@@ -453,3 +453,26 @@ func TestOverviewShowsBlockedDestinations(t *testing.T) {
 		t.Errorf("no blocked destination:\n%s", body)
 	}
 }
+
+// TestOverviewEveryDestinationBlocked: the HTML and the counts behind
+// TestBrowserEveryDestinationBlocked, without a browser.
+func TestOverviewEveryDestinationBlocked(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	for i := range 3 {
+		write(t, store, outbox.Message{Topic: "orders.created", Key: "k" + strconv.Itoa(i), Payload: []byte("{}")})
+	}
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "app.orders.created", Reason: "no stream covers it", Since: time.Now()}}}
+	_, body := get(t, handler(t, console.Options{Store: store, Live: live}), "/")
+	if !strings.Contains(body, `id="all-blocked"`) || !strings.Contains(body, "outbox destinations create") {
+		t.Errorf("no banner that nothing can be published:\n%s", body)
+	}
+	if !regexp.MustCompile(`<td>app\.orders\.created</td><td>[^<]*</td><td>[^<]*</td><td class="n">3</td>`).MatchString(body) {
+		t.Errorf("the blocked row does not count the 3 waiting messages:\n%s", body)
+	}
+	// Another topic with messages and no block: some still go out.
+	write(t, store, outbox.Message{Topic: "invoices.sent", Key: "k", Payload: []byte("{}")})
+	if _, body := get(t, handler(t, console.Options{Store: store, Live: live}), "/"); strings.Contains(body, `id="all-blocked"`) {
+		t.Errorf("banner while invoices.sent is not blocked:\n%s", body)
+	}
+}
