@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/outboxrelay/outbox/internal/cli"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
@@ -175,5 +177,30 @@ func TestRelaysLiveOnceLeasesAreHeld(t *testing.T) {
 	}
 	if code := b.stop(t); code != 0 {
 		t.Fatalf("relay exited %d:\n%s", code, b.stderr)
+	}
+}
+
+// TestDemoLogLinesClearTheProgressLine: on a terminal the demo redraws one
+// progress line; a log line (the relay's INFO lines) on the same screen
+// clears it first instead of running into it. The summary says how its p99
+// relates to the progress lines' "p99 so far".
+func TestDemoLogLinesClearTheProgressLine(t *testing.T) {
+	t.Parallel()
+	var screen syncBuffer // stdout and stderr: one terminal
+	code := cli.Run(t.Context(), []string{"demo", "--duration", "1s", "--rate", "200", "--workers", "2"},
+		cli.Env{Stdout: &screen, Stderr: &screen, IsTerminal: func(io.Writer) bool { return true }})
+	out := screen.String()
+	if code != 0 {
+		t.Fatalf("demo exited %d:\n%q", code, out)
+	}
+	logs := strings.Count(out, "level=INFO")
+	if logs == 0 {
+		t.Fatalf("the demo logged nothing at INFO; the test checks nothing:\n%q", out)
+	}
+	if cleared := strings.Count(out, "\r\x1b[Ktime="); cleared != logs {
+		t.Errorf("%d of %d log lines clear the progress line first:\n%q", cleared, logs, out)
+	}
+	if !strings.Contains(out, "p99 so far") || !strings.Contains(out, "the progress lines showed the p99 of the messages consumed so far") {
+		t.Errorf("the progress and the summary do not say which p99 they show:\n%s", out)
 	}
 }
