@@ -260,7 +260,7 @@ func TestBrowserAuthRequired(t *testing.T) {
 	store := newStore(t)
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	const token = "0123456789abcdef0123456789abcdef"
+	const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" // 64: a hex 256-bit token
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -286,6 +286,25 @@ func TestBrowserAuthRequired(t *testing.T) {
 	if html := eval[string](t, ctx, `document.body.innerText`); contains(html, "secret-key") || contains(html, "Dead letters match") {
 		t.Fatalf("an unauthenticated browser sees dead letters:\n%s", html)
 	}
+	// Before sign-in: no navigation nor quick find (they lead back here);
+	// the token input shows a 64-character token whole.
+	if n := eval[int](t, ctx, `document.querySelectorAll("header nav, form.quickfind").length`); n != 0 {
+		t.Errorf("the sign-in page shows %d navigation elements", n)
+	}
+	fits := eval[bool](t, ctx, `(() => {
+		const in_ = document.querySelector('input[name="token"]');
+		const probe = document.createElement("span");
+		probe.style.font = getComputedStyle(in_).font;
+		probe.style.whiteSpace = "pre";
+		probe.textContent = "•".repeat(64);
+		document.body.appendChild(probe);
+		const ok = in_.clientWidth >= probe.offsetWidth;
+		probe.remove();
+		return ok;
+	})()`)
+	if !fits {
+		t.Errorf("the token input is narrower than 64 characters: %d px", eval[int](t, ctx, `document.querySelector('input[name="token"]').clientWidth`))
+	}
 	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), "wrong-token-wrong-token"))
 	click(t, ctx, `form.signin button`, "form.signin")
 	if got := text(t, ctx, ".error"); !contains(got, "not the console's token") {
@@ -293,6 +312,9 @@ func TestBrowserAuthRequired(t *testing.T) {
 	}
 	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), token))
 	click(t, ctx, `form.signin button`, "#outstanding")
+	if n := eval[int](t, ctx, `document.querySelectorAll("header nav a").length`); n == 0 {
+		t.Error("signed in, the navigation is missing")
+	}
 	open(t, ctx, base+"/dead-letters", "#dead-letters")
 	if got := text(t, ctx, "#dead-letters"); !contains(got, "secret-key") {
 		t.Errorf("signed in, the dead letters are not shown: %q", got)
