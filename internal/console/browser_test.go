@@ -408,3 +408,24 @@ func TestBrowserEveryDestinationBlocked(t *testing.T) {
 		t.Errorf("the blocked row's Waiting cell is %q, want the 3 messages waiting", got)
 	}
 }
+
+// TestBrowserBacklogChartAtOpen: the backlog chart shows the outstanding
+// count as soon as the overview opens, across the chart, not as a tick at
+// its edge half a minute later.
+func TestBrowserBacklogChartAtOpen(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	write(t, store, outbox.Message{Topic: "orders.created", Key: "k", Payload: []byte("{}")})
+	base, _, _ := serve(t, "", console.Options{Store: store})
+	ctx := browse(t)
+	open(t, ctx, base+"/", "#outstanding")
+	wide := eval[bool](t, ctx, `(() => {
+		const l = document.querySelector("polyline.s-outstanding");
+		if (!l) return false;
+		const svg = l.ownerSVGElement.getBoundingClientRect();
+		return l.getBoundingClientRect().width > svg.width / 2;
+	})()`)
+	if !wide {
+		t.Errorf("at open the backlog chart has no line across it: %s", eval[string](t, ctx, `document.querySelector("figure.chart").outerHTML`))
+	}
+}
