@@ -142,6 +142,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /dead-letters/confirm", s.handleConfirm)
 	mux.HandleFunc("POST /dead-letters/apply", s.handleApply)
 	mux.HandleFunc("GET /find", s.handleFind)
+	mux.HandleFunc("GET /messages/{id}", s.handleMessage)
 	mux.HandleFunc("GET /sign-in", s.handleSignInPage)
 	mux.HandleFunc("POST /sign-in", s.handleSignIn)
 	mux.HandleFunc("POST /sign-out", s.handleSignOut)
