@@ -429,3 +429,22 @@ func TestBrowserBacklogChartAtOpen(t *testing.T) {
 		t.Errorf("at open the backlog chart has no line across it: %s", eval[string](t, ctx, `document.querySelector("figure.chart").outerHTML`))
 	}
 }
+
+// TestBrowserMessagePage: from the find page to a waiting message's own
+// page, which says why it waits.
+func TestBrowserMessagePage(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	write(t, store, outbox.Message{Topic: "orders.created", Key: "cust-9", Payload: []byte("{}")})
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "orders.created", Reason: "no stream covers it", Since: time.Now()}}}
+	base, _, _ := serve(t, "", console.Options{Store: store, Live: live})
+	ctx := browse(t)
+	open(t, ctx, base+"/find?q=cust-9", "#found")
+	click(t, ctx, `#found a[href^="/messages/"]`, "#why")
+	if got := text(t, ctx, "#why"); !contains(got, "Its destination orders.created is blocked") || !contains(got, "No relay holds partition") {
+		t.Errorf("why it waits: %q", got)
+	}
+	if got := text(t, ctx, "#message"); !contains(got, "cust-9") || !contains(got, "outstanding") {
+		t.Errorf("the message's fields: %q", got)
+	}
+}
