@@ -627,7 +627,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", nil, []string{"relay", "--wokers", "3"}, []string{"unknown flag: --wokers"}},
 		{"not a number", nil, []string{"relay", "--workers", "many"}, []string{"--workers"}},
 		{"unknown command", nil, []string{"relais"}, []string{`unknown command "relais"`}},
-		{"dlq without subcommand", nil, []string{"dlq"}, []string{"list, requeue or purge"}},
+		{"dlq without subcommand", nil, []string{"dlq"}, []string{"list, show, requeue or purge"}},
 		{"purge everything without --yes", nil, []string{"dlq", "purge", "--store", pg}, []string{"--yes"}},
 		{"bad id", nil, []string{"dlq", "requeue", "--store", pg, "--id", "42"}, []string{"--id", "not a UUID"}},
 		{"bad topic", nil, []string{"dlq", "list", "--store", pg, "--topic", "a..b"}, []string{"--topic", "empty token"}},
