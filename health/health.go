@@ -13,7 +13,12 @@
 // is not checked). Either may be unreachable for up to Options.Grace
 // before readiness fails, so that a blip does not take the relay out of
 // service. Blocked destinations are reported but do not fail readiness:
-// the relay keeps publishing to the others.
+// the relay keeps publishing to the others. When every destination is
+// blocked (at least one is, and nothing was published since the last one
+// was), the report says so (AllBlocked, Detail) and readiness still does
+// not fail: taking the relay out of service or restarting it creates no
+// stream, topic or queue; outbox_all_destinations_blocked and the shipped
+// alert OutboxAllDestinationsBlocked page instead.
 package health
 
 import (
@@ -77,6 +82,7 @@ type Checker struct {
 	brokerErr   error
 	brokerSince time.Time // first failed probe of the current failure
 	storeErr    string    // the last store error the relay reported
+	published   time.Time // the last EventPublished or EventDuplicate
 }
 
 // New returns a Checker of relay, probing pub's broker when pub
@@ -117,6 +123,12 @@ type Report struct {
 	// Blocked lists the destinations the relay holds paused; they do not
 	// make the relay unready.
 	Blocked []outbox.BlockedDestination `json:"blocked_destinations"`
+	// AllBlocked is true when at least one destination is blocked and
+	// nothing was published since the last one was: nothing at all goes
+	// out. It does not make the relay unready either.
+	AllBlocked bool `json:"all_destinations_blocked"`
+	// Detail says in words what is wrong, when something is.
+	Detail string `json:"detail,omitempty"`
 }
 
 // Component is the state of the store or the broker.
@@ -142,16 +154,22 @@ const (
 	statusUnchecked   = "unchecked"
 )
 
-// Observe records what a relay event says about the store: pass it every
-// event of the relay's Hook (it does not block). Only EventStoreError is
-// used, for the error text of the report.
+// Observe records what a relay event says: pass it every event of the
+// relay's Hook (it does not block). EventStoreError gives the error text of
+// the report; EventPublished and EventDuplicate tell whether anything goes
+// out while destinations are blocked.
 func (c *Checker) Observe(e outbox.Event) {
-	if e.Kind != outbox.EventStoreError || e.Err == nil {
-		return
+	switch {
+	case e.Kind == outbox.EventStoreError && e.Err != nil:
+		c.mu.Lock()
+		c.storeErr = e.Err.Error()
+		c.mu.Unlock()
+	case e.Kind == outbox.EventPublished || e.Kind == outbox.EventDuplicate:
+		now := c.opts.Now()
+		c.mu.Lock()
+		c.published = now
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.storeErr = e.Err.Error()
-	c.mu.Unlock()
 }
 
 // Check returns the readiness report now, probing the broker unless a
@@ -169,7 +187,36 @@ func (c *Checker) Check(ctx context.Context) Report {
 	r.Store = c.store(now)
 	r.Broker = c.probe(ctx, now)
 	r.Ready = running && r.Store.Status != statusDown && r.Broker.Status != statusDown
+	if len(r.Blocked) > 0 {
+		c.mu.Lock()
+		r.AllBlocked = c.published.Before(latestSince(r.Blocked))
+		c.mu.Unlock()
+	}
+	switch {
+	case r.AllBlocked:
+		b := r.Blocked[0]
+		r.Detail = fmt.Sprintf("every destination is blocked: nothing was published since %s; %s: %s (create what the relay publishes to, for instance with outbox destinations create)",
+			latestSince(r.Blocked).Format(time.RFC3339), b.Destination, b.LastError)
+	case !r.Ready && !running:
+		r.Detail = "the relay is not running"
+	case r.Store.Status == statusDown:
+		r.Detail = "the store is unreachable: " + r.Store.Error
+	case r.Broker.Status == statusDown:
+		r.Detail = "the broker is unreachable: " + r.Broker.Error
+	case len(r.Blocked) > 0:
+		r.Detail = fmt.Sprintf("%d destination(s) blocked; the others are published to", len(r.Blocked))
+	}
 	return r
+}
+
+func latestSince(bs []outbox.BlockedDestination) time.Time {
+	var latest time.Time
+	for _, b := range bs {
+		if b.Since.After(latest) {
+			latest = b.Since
+		}
+	}
+	return latest
 }
 
 func (c *Checker) store(now time.Time) Component {

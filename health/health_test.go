@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,5 +179,29 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := health.New(&relay{}, plain{}, health.Options{Grace: -time.Second}); err == nil {
 		t.Error("a negative Grace was accepted")
+	}
+}
+
+// TestAllDestinationsBlocked: blocked destinations with nothing published
+// since the last was blocked is "every destination blocked", said in the
+// report (readiness stays 200: a restart creates nothing); a publish to
+// another destination after that means some still go out.
+func TestAllDestinationsBlocked(t *testing.T) {
+	c, r, clk := setup(t, &broker{})
+	c.Observe(outbox.Event{Kind: outbox.EventPublished, Topic: "invoices", Count: 1})
+	clk.add(time.Second)
+	r.blocked = []outbox.BlockedDestination{{Destination: "orders", Since: clk.now(), LastError: "no stream covers it"}}
+	clk.add(time.Second)
+	code, rep := get(t, c)
+	if code != 200 || !rep.AllBlocked || !strings.Contains(rep.Detail, "every destination is blocked") || !strings.Contains(rep.Detail, "orders: no stream covers it") {
+		t.Fatalf("nothing published since the block: %d %+v", code, rep)
+	}
+	c.Observe(outbox.Event{Kind: outbox.EventPublished, Topic: "invoices", Count: 1})
+	if _, rep := get(t, c); rep.AllBlocked || !strings.Contains(rep.Detail, "1 destination(s) blocked") {
+		t.Fatalf("published since the block: %+v", rep)
+	}
+	r.blocked = nil
+	if _, rep := get(t, c); rep.AllBlocked || rep.Detail != "" {
+		t.Fatalf("nothing blocked: %+v", rep)
 	}
 }

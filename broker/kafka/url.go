@@ -47,14 +47,14 @@ func ParseURL(raw string) (Options, error) {
 	}
 	hosts = strings.TrimSuffix(hosts, "/")
 	if strings.Contains(hosts, "/") {
-		return opts, fmt.Errorf("kafka: URL %q has a path; give only hosts: kafka://host:port,host:port", raw)
+		return opts, fmt.Errorf("kafka: URL %q has a path; give only hosts: kafka://host:port,host:port", redact.URL(raw))
 	}
 	if hosts == "" {
-		return opts, fmt.Errorf("kafka: URL %q has no broker; give kafka://host:port[,host:port...]", raw)
+		return opts, fmt.Errorf("kafka: URL %q has no broker; give kafka://host:port[,host:port...]", redact.URL(raw))
 	}
 	for _, h := range strings.Split(hosts, ",") {
 		if h == "" {
-			return opts, fmt.Errorf("kafka: URL %q has an empty broker in its list", raw)
+			return opts, fmt.Errorf("kafka: URL %q has an empty broker in its list", redact.URL(raw))
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			// No port (or a bare IPv6 address): use the default one.
@@ -66,7 +66,7 @@ func ParseURL(raw string) (Options, error) {
 	if err != nil {
 		return opts, fmt.Errorf("kafka: URL %q has a malformed query string: %v", raw, err)
 	}
-	err = optcheck.Query(q, fmt.Sprintf("kafka: URL %q", raw), URLParams, nil, func(p optcheck.Param) error {
+	err = optcheck.Query(q, fmt.Sprintf("kafka: URL %q", redact.URL(raw)), URLParams, nil, func(p optcheck.Param) error {
 		var err error
 		switch p.Name {
 		case "auto_create":

@@ -126,7 +126,7 @@ func (p *Publisher) lookupStream(ctx context.Context, ns *noStreamError) error {
 	case err == nil:
 		return fmt.Errorf("natsjs: publish to %q: stream %q covers the subject but did not answer (leader election?): %w", ns.subject, name, ns.err)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("natsjs: publish to %q: no JetStream stream covers this subject: create a stream whose subjects include it (for example `nats stream add --subjects %q`): %w",
+		return fmt.Errorf("natsjs: publish to %q: no JetStream stream covers this subject: create a stream whose subjects include it (outbox destinations create --broker URL --stream-subjects %q, or jetstream.CreateStream in Go): %w",
 			ns.subject, ns.subject, ns.err)
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return fmt.Errorf("natsjs: publish to %q: JetStream is not enabled on the server or for this account (%v): enable it and create a stream covering the subject: %w",

@@ -25,7 +25,7 @@ func ExampleDial() {
 	}
 	defer stop()
 
-	// Streams are created by the application (or `nats stream add`), not by
+	// Streams are created by the application (or `outbox destinations create`), not by
 	// the publisher.
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -299,6 +300,9 @@ func preparePublisher(rawURL string, o BrokerOptions) (*url.URL, BrokerOptions, 
 	return u, o, open, nil
 }
 
+// quotedRe matches the quoted input in net/url's errors.
+var quotedRe = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
 // parseURL parses rawURL and checks that its scheme is one of schemes. The
 // errors never echo a password.
 func parseURL(flag, rawURL string, schemes []string, example string) (*url.URL, error) {
@@ -309,23 +313,31 @@ func parseURL(flag, rawURL string, schemes []string, example string) (*url.URL, 
 	if strings.TrimSpace(rawURL) == "" {
 		return nil, Invalid(flag, "is empty; give a URL such as %s (%s)", example, accepted)
 	}
+	if !strings.Contains(rawURL, "://") && strings.Contains(rawURL, "=") {
+		return nil, Invalid(flag, "takes a URL such as %s, not a keyword/value connection string (host=… password=…)", example)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error repeats the URL, password included: keep only the cause.
+		// Its cause quotes the piece it could not read, which may be a
+		// piece of a password too: show the cause without it.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, Invalid(flag, "is not a valid URL (%v); give a URL such as %s", err, example)
+		cause := quotedRe.ReplaceAllString(err.Error(), "…")
+		return nil, Invalid(flag, "is not a valid URL (%s); give a URL such as %s, with a '@', ':', '/', '?', '#' or ',' in a user name or password percent-encoded (%%40, %%3A, %%2F, %%3F, %%23, %%2C)", cause, example)
 	}
 	if u.Scheme == "" {
-		return nil, Invalid(flag, "%q has no scheme; give a URL such as %s (%s)", redact.URL(u.String()), example, accepted)
+		return nil, Invalid(flag, "%q has no scheme; give a URL such as %s (%s)", redact.URL(rawURL), example, accepted)
 	}
 	if !slices.Contains(schemes, u.Scheme) {
-		return nil, Invalid(flag, "unknown scheme %q in %q; %s", u.Scheme, redact.URL(u.String()), accepted)
+		return nil, Invalid(flag, "unknown scheme %q in %q; %s", u.Scheme, redact.URL(rawURL), accepted)
 	}
 	if u.Fragment != "" {
-		return nil, Invalid(flag, "%q has a fragment (#%s); remove it", redact.URL(u.String()), u.Fragment)
+		// The fragment is not shown: it is most often the tail of a
+		// password holding an unencoded '#'.
+		return nil, Invalid(flag, "%q has a fragment (a '#' and what follows); remove it, or write a '#' in a password as %%23", redact.URL(rawURL))
 	}
 	return u, nil
 }

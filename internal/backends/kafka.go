@@ -1,11 +1,14 @@
 package backends
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -92,7 +95,7 @@ func kafkaRefusal(err error, o BrokerOptions) error {
 		if o.Kafka.Mechanism == "" {
 			return fmt.Errorf("the Kafka brokers require SASL authentication; give --kafka-sasl-mechanism, --kafka-sasl-user and --kafka-sasl-password-file: %w", err)
 		}
-		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, --kafka-sasl-password): %w", o.Kafka.Mechanism, o.Kafka.User, err)
+		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, %s): %w", o.Kafka.Mechanism, o.Kafka.User, cmp.Or(o.Kafka.PasswordFrom, "--kafka-sasl-password"), err)
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return fmt.Errorf("the Kafka brokers do not accept SASL %s (--kafka-sasl-mechanism): %w", o.Kafka.Mechanism, err)
 	case strings.Contains(err.Error(), "is TLS missing?") && !o.TLS.enabled():
@@ -102,10 +105,49 @@ func kafkaRefusal(err error, o BrokerOptions) error {
 	case o.Kafka.Mechanism != "" && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "closed the connection")):
 		// Some brokers close the connection on failed authentication
 		// instead of answering SASL_AUTHENTICATION_FAILED.
-		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, --kafka-sasl-password): they closed the connection during authentication: %w", o.Kafka.Mechanism, o.Kafka.User, err)
+		return fmt.Errorf("the Kafka brokers refused SASL %s for user %s (--kafka-sasl-user, %s): they closed the connection during authentication: %w", o.Kafka.Mechanism, o.Kafka.User, cmp.Or(o.Kafka.PasswordFrom, "--kafka-sasl-password"), err)
+	}
+	if why := notKafka(err); why != "" {
+		return fmt.Errorf("%s: %w", why, err)
 	}
 	if why := tlsRefusal(err, o.TLS); why != "" {
 		return fmt.Errorf("%s: %w", why, err)
 	}
 	return err
+}
+
+// largeSizeRe finds the response size franz-go complains about when the
+// server at the other end does not speak Kafka: its first four bytes.
+var largeSizeRe = regexp.MustCompile(`invalid large response size (\d+)`)
+
+// notKafka says what answered instead of a Kafka broker, from the first
+// four bytes it sent ("INFO": a NATS server), or "" when err is not that.
+func notKafka(err error) string {
+	m := largeSizeRe.FindStringSubmatch(err.Error())
+	if m == nil || strings.Contains(err.Error(), "tls alert") {
+		return ""
+	}
+	n, perr := strconv.ParseUint(m[1], 10, 32)
+	if perr != nil {
+		return ""
+	}
+	b := []byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	what := "a server that does not speak Kafka"
+	printable := true
+	for _, c := range b {
+		printable = printable && c >= 0x20 && c < 0x7f
+	}
+	if printable {
+		what = fmt.Sprintf("a server that does not speak Kafka (it began with %q", b)
+		switch string(b) {
+		case "INFO":
+			what += ": a NATS server, use nats://"
+		case "AMQP":
+			what += ": RabbitMQ, use amqp://"
+		case "HTTP":
+			what += ": an HTTP server"
+		}
+		what += ")"
+	}
+	return "the host and port in --broker are " + what + "; give the address of a Kafka broker (port 9092 by default)"
 }

@@ -3,12 +3,15 @@ package backends
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/store/postgres"
 )
 
@@ -53,6 +56,20 @@ func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) 
 	return out, err
 }
 
+// pgParseError is pgx's parse error with the connection string shown as
+// redact.URL shows it: pgx redacts its own copy only on a best-effort basis.
+func pgParseError(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		return fmt.Sprintf("cannot parse %s: %s", redact.URL(pe.ConnString), msg[i+3:])
+	}
+	return "cannot parse " + redact.URL(pe.ConnString)
+}
+
 // postgresStore adapts *postgres.Store's migration reports. The embedded
 // pointer keeps every optional ability (UnorderedStore, PartitionNotifier, Cleaner,
 // AdminStore) visible to type assertions.
@@ -73,7 +90,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	// Catch a malformed DSN (a bad sslmode, port or option) as a usage error
 	// before postgres.Open reports it as a connection failure.
 	if _, err := pgxpool.ParseConfig(u.String()); err != nil {
-		return nil, Invalid(StoreFlag, "is not a valid PostgreSQL URL: %v; want postgres://user:password@host:5432/dbname", err)
+		return nil, Invalid(StoreFlag, "is not a valid PostgreSQL URL: %s; want postgres://user:password@host:5432/dbname", pgParseError(err))
 	}
 	opts := postgres.Options{
 		Schema:      o.Schema,
@@ -97,7 +114,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	if opts.Capture == postgres.CaptureWAL {
 		s, err := postgres.OpenWAL(ctx, u.String(), opts)
 		if err != nil {
-			return nil, err
+			return nil, pgRefusal(err)
 		}
 		if o.Logger != nil {
 			s.SetLogger(o.Logger)
@@ -108,11 +125,31 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 	}
 	s, err := postgres.Open(ctx, u.String(), opts)
 	if err != nil {
-		return nil, err
+		return nil, pgRefusal(err)
 	}
 	if o.Logger != nil {
 		// The relay's heartbeat warns when the xmin horizon is held.
 		s.SetLogger(o.Logger)
 	}
 	return postgresStore{s}, nil
+}
+
+// pgRefusal puts first what the server said when it refused the login:
+// pgx reports every attempt (with the default sslmode=prefer, first the
+// TLS one the server refused), which buries a wrong password under a TLS
+// error and "check that the server is running".
+func pgRefusal(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case "28P01": // invalid_password
+		return fmt.Errorf("PostgreSQL refused the password (%s): check the user and password in --store, with a '@', ':' or '/' in the password percent-encoded: %w", pe.Message, err)
+	case "28000": // invalid_authorization_specification: no pg_hba.conf entry
+		return fmt.Errorf("PostgreSQL refused the login (%s): pg_hba.conf lets no such connection in; the server may want TLS (?sslmode=verify-full) or another user: %w", pe.Message, err)
+	case "3D000": // invalid_catalog_name
+		return fmt.Errorf("%s: create the database, or name another in --store (postgres://user@host:5432/DBNAME): %w", pe.Message, err)
+	}
+	return err
 }

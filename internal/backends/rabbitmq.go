@@ -54,16 +54,8 @@ func openRabbitMQ(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publ
 	if opts.TLS, err = o.TLS.Config(); err != nil {
 		return nil, err
 	}
-	if o.AMQP.Password != "" {
-		au, err := url.Parse(amqpURL)
-		if err != nil || au.User == nil || au.User.Username() == "" {
-			return nil, Invalid("--amqp-password-file", "needs the user name in --broker, such as amqps://relay@rabbit.example:5671/")
-		}
-		if _, has := au.User.Password(); has {
-			return nil, Invalid("--amqp-password-file", "and a password in --broker are two passwords; remove the one in the URL")
-		}
-		au.User = url.UserPassword(au.User.Username(), o.AMQP.Password)
-		amqpURL = au.String()
+	if amqpURL, err = amqpURLWithPassword(amqpURL, o); err != nil {
+		return nil, err
 	}
 	p, err := rabbitmq.Dial(ctx, amqpURL, opts)
 	if err != nil {
@@ -76,4 +68,21 @@ func openRabbitMQ(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publ
 		return nil, err
 	}
 	return p, nil
+}
+
+// amqpURLWithPassword puts o.AMQP.Password (--amqp-password-file) into
+// amqpURL, which must name the user and no password.
+func amqpURLWithPassword(amqpURL string, o BrokerOptions) (string, error) {
+	if o.AMQP.Password == "" {
+		return amqpURL, nil
+	}
+	au, err := url.Parse(amqpURL)
+	if err != nil || au.User == nil || au.User.Username() == "" {
+		return "", Invalid("--amqp-password-file", "needs the user name in --broker, such as amqps://relay@rabbit.example:5671/")
+	}
+	if _, has := au.User.Password(); has {
+		return "", Invalid("--amqp-password-file", "and a password in --broker are two passwords; remove the one in the URL")
+	}
+	au.User = url.UserPassword(au.User.Username(), o.AMQP.Password)
+	return au.String(), nil
 }

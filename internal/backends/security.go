@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -78,6 +79,9 @@ type NATSAuth struct {
 	Token     string // (--nats-token, --nats-token-file)
 	User      string // with Password (--nats-user)
 	Password  string // (--nats-password, --nats-password-file)
+	// TokenFrom and PasswordFrom name the flag the token and the password
+	// came from, for errors (default --nats-token, --nats-password).
+	TokenFrom, PasswordFrom string
 }
 
 func (a NATSAuth) set() []string {
@@ -94,9 +98,9 @@ func (a NATSAuth) describe() string {
 	case a.NkeyFile != "":
 		return "the nkey seed in " + a.NkeyFile + " (--nats-nkey-file)"
 	case a.Token != "":
-		return "the token (--nats-token)"
+		return "the token (" + cmp.Or(a.TokenFrom, "--nats-token") + ")"
 	case a.User != "":
-		return "user " + a.User + " and its password (--nats-user, --nats-password)"
+		return "user " + a.User + " and its password (--nats-user, " + cmp.Or(a.PasswordFrom, "--nats-password") + ")"
 	}
 	return "no credentials"
 }
@@ -113,6 +117,9 @@ type KafkaSASL struct {
 	Mechanism string // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (--kafka-sasl-mechanism)
 	User      string // (--kafka-sasl-user)
 	Password  string // (--kafka-sasl-password, --kafka-sasl-password-file)
+	// PasswordFrom names the flag the password came from, for errors
+	// (default --kafka-sasl-password).
+	PasswordFrom string
 }
 
 func (s KafkaSASL) set() []string {

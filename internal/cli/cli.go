@@ -193,7 +193,7 @@ Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error.`,
 	root.SetOut(a.env.Stdout)
 	root.SetErr(a.env.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usagef("%v (see %s --help)", err, c.CommandPath())
+		return usagef("%v%s (see %s --help)", err, flagSuggestion(c, err), c.CommandPath())
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")

@@ -521,6 +521,28 @@ func TestDLQListRequeuePurge(t *testing.T) {
 		t.Fatalf("dlq list --limit 2:\n%s", r.stdout)
 	}
 
+	// show, by ID (users type show, issue 23): the whole record; JSON as
+	// list's; an unknown ID fails naming it; no ID is a usage error.
+	r = mustRun(t, nil, "dlq", "show", "--store", dsn, dls[1].ID)
+	var payload bytes.Buffer
+	if err := json.Compact(&payload, dls[1].Payload); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{dls[1].ID, "nostream.created", "Last error", strings.Join(strings.Fields(dls[1].LastError), " "), "Attempts", payload.String()} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("dlq show lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r := mustRun(t, nil, "dlq", "show", "--store", dsn, "--json", dls[1].ID, dls[2].ID); strings.Count(r.stdout, `"id"`) != 2 {
+		t.Fatalf("dlq show --json of two IDs:\n%s", r.stdout)
+	}
+	if r := run(t, nil, "dlq", "show", "--store", dsn, "0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d"); r.code != 1 || !strings.Contains(r.stderr, "no dead letter with ID 0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d") {
+		t.Fatalf("dlq show of an unknown ID: %v", r)
+	}
+	if r := run(t, nil, "dlq", "show", "--store", dsn); r.code != 2 || !strings.Contains(r.stderr, "give the ID") {
+		t.Fatalf("dlq show without an ID: %v", r)
+	}
+
 	// requeue one, by ID: it is back in the outbox.
 	r = mustRun(t, nil, "dlq", "requeue", "--store", dsn, "--id", dls[0].ID)
 	if strings.TrimSpace(r.stdout) != "requeued 1 dead letter" {
@@ -606,7 +628,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", nil, []string{"relay", "--wokers", "3"}, []string{"unknown flag: --wokers"}},
 		{"not a number", nil, []string{"relay", "--workers", "many"}, []string{"--workers"}},
 		{"unknown command", nil, []string{"relais"}, []string{`unknown command "relais"`}},
-		{"dlq without subcommand", nil, []string{"dlq"}, []string{"list, requeue or purge"}},
+		{"dlq without subcommand", nil, []string{"dlq"}, []string{"list, show, requeue or purge"}},
 		{"purge everything without --yes", nil, []string{"dlq", "purge", "--store", pg}, []string{"--yes"}},
 		{"bad id", nil, []string{"dlq", "requeue", "--store", pg, "--id", "42"}, []string{"--id", "not a UUID"}},
 		{"bad topic", nil, []string{"dlq", "list", "--store", pg, "--topic", "a..b"}, []string{"--topic", "empty token"}},

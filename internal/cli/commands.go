@@ -16,6 +16,7 @@ var commands = []func(*app) *cobra.Command{
 	newStatusCommand,
 	newDLQCommand,
 	newConsoleCommand,
+	newDestinationsCommand,
 	newDemoCommand,
 	newBenchCommand,
 	newVersionCommand,

@@ -355,11 +355,14 @@ func (a *app) printConfig(cmd *cobra.Command) error {
 		if o.kind == "" {
 			o.kind = "default"
 		}
-		v := display(f, f.Value.String())
+		v, src := display(f, f.Value.String()), o.String()
+		if iv, why, ok := impliedSetting(cmd, n); ok {
+			v, src = iv, why
+		}
 		if v == "" {
 			v = `""`
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\n", n, v, o)
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n, v, src)
 	}
 	return w.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/backends"
 	"github.com/outboxrelay/outbox/internal/console"
 )
 
@@ -127,6 +128,9 @@ with the user who did it.`,
 		}
 		openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
+		if err := backends.CheckStoreExists(sf.url); err != nil {
+			return err
+		}
 		store, err := sf.open(openCtx, a)
 		if err != nil {
 			return err

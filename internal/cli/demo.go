@@ -70,6 +70,16 @@ The command exits 1 if any message arrived out of order.`,
 			o.Out = a.env.Stderr
 		}
 		o.Terminal = a.env.IsTerminal(o.Out)
+		if o.Terminal && a.env.Logger == nil {
+			// The progress is a line redrawn in place: a log line must
+			// clear it first, or the two run into each other.
+			a.env.Stderr = lineClearer{a.env.Stderr}
+			log, err := a.buildLogger()
+			if err != nil {
+				return err
+			}
+			o.Logger = log
+		}
 		stopProfile, err := a.startCPUProfile(cpuProfile)
 		if err != nil {
 			return err

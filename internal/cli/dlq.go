@@ -35,8 +35,8 @@ type dlqFlags struct {
 func newDLQCommand(a *app) *cobra.Command {
 	var f dlqFlags
 	cmd := &cobra.Command{
-		Use:   "dlq list|requeue|purge --store URL [filters]",
-		Short: "List, requeue or purge dead letters",
+		Use:   "dlq list|show|requeue|purge --store URL [filters]",
+		Short: "List, show, requeue or purge dead letters",
 		Long: `dlq works on the dead letters: messages the relay gave up on (a permanent
 broker error, or --max-attempts failures), kept with their last error.
 
@@ -46,15 +46,16 @@ on every dead letter; purge then asks for --yes, because it deletes for good.
 requeue puts messages back into the outbox, after every message of their key
 already waiting, with their attempts reset.`,
 		Example: `  outbox dlq list --store postgres://app@localhost:5432/app --topic orders.created
+  outbox dlq show --store … 0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d
   outbox dlq requeue --store … --id 0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d
   outbox dlq purge --store … --older-than 168h`,
 		// Without a known subcommand: a usage error, not help and exit 0.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown subcommand %q: use list, requeue or purge", args[0])
+				return usagef("unknown subcommand %q: use list, show, requeue or purge", args[0])
 			}
-			return usagef("needs a subcommand: list, requeue or purge (see %s --help)", cmd.CommandPath())
+			return usagef("needs a subcommand: list, show, requeue or purge (see %s --help)", cmd.CommandPath())
 		},
 	}
 	pf := cmd.PersistentFlags()
@@ -65,7 +66,7 @@ already waiting, with their attempts reset.`,
 	pf.BoolVar(&f.asJSON, "json", false, "print JSON instead of text")
 	timeoutFlag(pf, &f.timeout)
 
-	cmd.AddCommand(newDLQListCommand(a, &f), newDLQRequeueCommand(a, &f), newDLQPurgeCommand(a, &f))
+	cmd.AddCommand(newDLQListCommand(a, &f), newDLQShowCommand(a, &f), newDLQRequeueCommand(a, &f), newDLQPurgeCommand(a, &f))
 	return cmd
 }
 

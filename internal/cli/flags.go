@@ -97,6 +97,12 @@ func (a *app) withTimeout(ctx context.Context, d time.Duration) (context.Context
 // checks that it implements outbox.AdminStore; on failure it has closed
 // the store.
 func (sf *storeFlags) openAdmin(ctx context.Context, a *app, command string) (backends.Store, outbox.AdminStore, error) {
+	if err := sf.check(a); err != nil {
+		return nil, nil, err
+	}
+	if err := backends.CheckStoreExists(sf.url); err != nil {
+		return nil, nil, err
+	}
 	s, err := sf.open(ctx, a)
 	if err != nil {
 		return nil, nil, err

@@ -97,6 +97,8 @@ writers emit into the WAL.`,
 			fmt.Fprintf(a.env.Stdout, "dropped the invalid index %s left by a failed concurrent build, and built it again\n", idx)
 		}
 		switch {
+		case rep.Created && len(rep.Applied) == 0:
+			fmt.Fprintf(a.env.Stdout, "created the outbox tables (%d partitions)\n", p)
 		case rep.Created:
 			fmt.Fprintf(a.env.Stdout, "created the outbox tables (%d partitions): applied %s\n", p, strings.Join(rep.Applied, ", "))
 		case len(rep.Applied) > 0:

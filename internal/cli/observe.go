@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,14 @@ type observability struct {
 	monitor *backlog.Monitor // nil when the store cannot measure its backlog
 	checker *health.Checker  // set by watchRelay
 	pprof   bool
+
+	// leasesChanged asks for a backlog refresh when the relay's lease count
+	// changes, so that outbox_relays_live and outbox_leases_held do not
+	// read 0 for a whole --backlog-interval after start (issue 23).
+	leasesChanged chan struct{}
+	lastLeases    atomic.Int64
+	refresherDone chan struct{}
+	refresherStop context.CancelFunc
 }
 
 // newObservability registers the relay's event metrics and, when the store
@@ -70,6 +79,7 @@ func (a *app) newObservability(reg *prometheus.Registry, store any, f *observeFl
 		return nil, err
 	}
 	o.monitor = mon
+	o.leasesChanged = make(chan struct{}, 1)
 	return o, nil
 }
 
@@ -77,8 +87,15 @@ func (a *app) newObservability(reg *prometheus.Registry, store any, f *observeFl
 // view of store errors. It reads o.checker, set before the relay starts.
 func (o *observability) hook() outbox.Hook {
 	metrics := o.metrics.Hook()
+	o.lastLeases.Store(-1)
 	return func(e outbox.Event) {
 		metrics(e)
+		if e.Kind == outbox.EventLeases && o.leasesChanged != nil && o.lastLeases.Swap(int64(e.Count)) != int64(e.Count) {
+			select {
+			case o.leasesChanged <- struct{}{}:
+			default: // a refresh is asked for already
+			}
+		}
 		if o.checker != nil {
 			o.checker.Observe(e)
 		}
@@ -106,10 +123,30 @@ func (o *observability) start(ctx context.Context) error {
 	if o.monitor == nil {
 		return nil
 	}
-	return o.monitor.Start(ctx)
+	if err := o.monitor.Start(ctx); err != nil {
+		return err
+	}
+	ctx, o.refresherStop = context.WithCancel(ctx)
+	o.refresherDone = make(chan struct{})
+	go func() {
+		defer close(o.refresherDone)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-o.leasesChanged:
+				_ = o.monitor.Refresh(ctx) // a failure is counted and logged by the monitor
+			}
+		}
+	}()
+	return nil
 }
 
 func (o *observability) stop() {
+	if o.refresherStop != nil {
+		o.refresherStop()
+		<-o.refresherDone
+	}
 	if o.monitor != nil {
 		o.monitor.Stop()
 	}

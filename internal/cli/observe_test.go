@@ -210,10 +210,12 @@ func TestRelayThroughBrokerOutage(t *testing.T) {
 	poll(t, "the backlog gauges to empty", func() bool {
 		fams, _ := scrape(t, addr)
 		lag, _ := gauge(fams, "outbox_lag_seconds", "", "")
-		_, listed := gauge(fams, "outbox_outstanding_messages", "topic", "orders.created")
+		// An emptied topic keeps its series, at 0 (issue 23: "empty" is
+		// not "not scraped").
+		outstanding, listed := gauge(fams, "outbox_outstanding_messages", "topic", "orders.created")
 		up, _ := gauge(fams, "outbox_broker_up", "", "")
 		blocked, _ := gauge(fams, "outbox_blocked_destinations", "", "")
-		return lag == 0 && !listed && up == 1 && blocked == 0
+		return lag == 0 && listed && outstanding == 0 && up == 1 && blocked == 0
 	})
 	fams, _ = scrape(t, addr)
 	if v, _ := gauge(fams, "outbox_published_total", "topic", "orders.created"); v < 50 {

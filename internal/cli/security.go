@@ -78,10 +78,21 @@ func (s *brokerSecurityFlags) apply(a *app, o *backends.BrokerOptions) error {
 	if err != nil {
 		return err
 	}
-	o.NATS = backends.NATSAuth{CredsFile: s.natsCredsFile, NkeyFile: s.natsNkeyFile, Token: token, User: s.natsUser, Password: natsPassword}
-	o.Kafka = backends.KafkaSASL{Mechanism: strings.ToUpper(s.kafkaMechanism), User: s.kafkaUser, Password: kafkaPassword}
+	o.NATS = backends.NATSAuth{CredsFile: s.natsCredsFile, NkeyFile: s.natsNkeyFile, Token: token, User: s.natsUser, Password: natsPassword,
+		TokenFrom: secretFrom(a, "nats-token", s.natsTokenFile), PasswordFrom: secretFrom(a, "nats-password", s.natsPasswordFile)}
+	o.Kafka = backends.KafkaSASL{Mechanism: strings.ToUpper(s.kafkaMechanism), User: s.kafkaUser, Password: kafkaPassword,
+		PasswordFrom: secretFrom(a, "kafka-sasl-password", s.kafkaPasswordFile)}
 	o.AMQP = backends.AMQPAuth{Password: amqpPassword}
 	return nil
+}
+
+// secretFrom names the flag a secret came from: its -file flag when that
+// was given, with where the value came from (a variable, the config file).
+func secretFrom(a *app, valueFlag, file string) string {
+	if file != "" {
+		return a.flagRef(valueFlag + "-file")
+	}
+	return a.flagRef(valueFlag)
 }
 
 // readSecretFile reads a secret from a file, without its trailing newline.

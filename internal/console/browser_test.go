@@ -260,7 +260,7 @@ func TestBrowserAuthRequired(t *testing.T) {
 	store := newStore(t)
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	const token = "0123456789abcdef0123456789abcdef"
+	const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" // 64: a hex 256-bit token
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -286,6 +286,25 @@ func TestBrowserAuthRequired(t *testing.T) {
 	if html := eval[string](t, ctx, `document.body.innerText`); contains(html, "secret-key") || contains(html, "Dead letters match") {
 		t.Fatalf("an unauthenticated browser sees dead letters:\n%s", html)
 	}
+	// Before sign-in: no navigation nor quick find (they lead back here);
+	// the token input shows a 64-character token whole.
+	if n := eval[int](t, ctx, `document.querySelectorAll("header nav, form.quickfind").length`); n != 0 {
+		t.Errorf("the sign-in page shows %d navigation elements", n)
+	}
+	fits := eval[bool](t, ctx, `(() => {
+		const in_ = document.querySelector('input[name="token"]');
+		const probe = document.createElement("span");
+		probe.style.font = getComputedStyle(in_).font;
+		probe.style.whiteSpace = "pre";
+		probe.textContent = "•".repeat(64);
+		document.body.appendChild(probe);
+		const ok = in_.clientWidth >= probe.offsetWidth;
+		probe.remove();
+		return ok;
+	})()`)
+	if !fits {
+		t.Errorf("the token input is narrower than 64 characters: %d px", eval[int](t, ctx, `document.querySelector('input[name="token"]').clientWidth`))
+	}
 	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), "wrong-token-wrong-token"))
 	click(t, ctx, `form.signin button`, "form.signin")
 	if got := text(t, ctx, ".error"); !contains(got, "not the console's token") {
@@ -293,6 +312,9 @@ func TestBrowserAuthRequired(t *testing.T) {
 	}
 	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), token))
 	click(t, ctx, `form.signin button`, "#outstanding")
+	if n := eval[int](t, ctx, `document.querySelectorAll("header nav a").length`); n == 0 {
+		t.Error("signed in, the navigation is missing")
+	}
 	open(t, ctx, base+"/dead-letters", "#dead-letters")
 	if got := text(t, ctx, "#dead-letters"); !contains(got, "secret-key") {
 		t.Errorf("signed in, the dead letters are not shown: %q", got)
@@ -356,4 +378,73 @@ func TestBrowserHostilePayload(t *testing.T) {
 	check("the find page")
 	open(t, ctx, base+"/find?q=%3Cscript%3Ewindow.__pwned%3D1%3C%2Fscript%3E", "main")
 	check("a find query with markup")
+}
+
+// TestBrowserEveryDestinationBlocked: a relay whose only destination with
+// messages waiting is blocked (it did not say how many wait) shows, at the
+// top of the front page, that nothing can be published and how to create
+// the destination; the blocked row counts the messages from the store,
+// not "–".
+func TestBrowserEveryDestinationBlocked(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	for i := range 3 {
+		write(t, store, outbox.Message{Topic: "orders.created", Key: fmt.Sprint("k", i), Payload: []byte("{}")})
+	}
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "app.orders.created", Reason: "no stream covers it", Since: time.Now()}}}
+	base, _, _ := serve(t, "", console.Options{Store: store, Live: live})
+	ctx := browse(t)
+	open(t, ctx, base+"/", "#outstanding")
+	poll(t, "the banner that nothing can be published", func() bool {
+		return eval[int](t, ctx, `document.querySelectorAll("#all-blocked").length`) == 1
+	})
+	if got := text(t, ctx, "#all-blocked"); !contains(got, "Nothing can be published") || !contains(got, "outbox destinations create") {
+		t.Errorf("banner: %q", got)
+	}
+	if got := text(t, ctx, "#blocked"); !contains(got, "app.orders.created") {
+		t.Errorf("blocked destinations: %q", got)
+	}
+	if got := eval[string](t, ctx, `document.querySelector("#blocked tbody tr td:nth-child(4)").innerText`); got != "3" {
+		t.Errorf("the blocked row's Waiting cell is %q, want the 3 messages waiting", got)
+	}
+}
+
+// TestBrowserBacklogChartAtOpen: the backlog chart shows the outstanding
+// count as soon as the overview opens, across the chart, not as a tick at
+// its edge half a minute later.
+func TestBrowserBacklogChartAtOpen(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	write(t, store, outbox.Message{Topic: "orders.created", Key: "k", Payload: []byte("{}")})
+	base, _, _ := serve(t, "", console.Options{Store: store})
+	ctx := browse(t)
+	open(t, ctx, base+"/", "#outstanding")
+	wide := eval[bool](t, ctx, `(() => {
+		const l = document.querySelector("polyline.s-outstanding");
+		if (!l) return false;
+		const svg = l.ownerSVGElement.getBoundingClientRect();
+		return l.getBoundingClientRect().width > svg.width / 2;
+	})()`)
+	if !wide {
+		t.Errorf("at open the backlog chart has no line across it: %s", eval[string](t, ctx, `document.querySelector("figure.chart").outerHTML`))
+	}
+}
+
+// TestBrowserMessagePage: from the find page to a waiting message's own
+// page, which says why it waits.
+func TestBrowserMessagePage(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	write(t, store, outbox.Message{Topic: "orders.created", Key: "cust-9", Payload: []byte("{}")})
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "orders.created", Reason: "no stream covers it", Since: time.Now()}}}
+	base, _, _ := serve(t, "", console.Options{Store: store, Live: live})
+	ctx := browse(t)
+	open(t, ctx, base+"/find?q=cust-9", "#found")
+	click(t, ctx, `#found a[href^="/messages/"]`, "#why")
+	if got := text(t, ctx, "#why"); !contains(got, "Its destination orders.created is blocked") || !contains(got, "No relay holds partition") {
+		t.Errorf("why it waits: %q", got)
+	}
+	if got := text(t, ctx, "#message"); !contains(got, "cust-9") || !contains(got, "outstanding") {
+		t.Errorf("the message's fields: %q", got)
+	}
 }

@@ -82,6 +82,17 @@ func makeChart(title, unit string, now time.Time, maxGap time.Duration, series .
 	from := now.Add(-span)
 	for _, s := range series {
 		cs := chartSeries{Name: s.name, Class: s.class}
+		if len(s.points) == 1 {
+			// Just opened: one sample. A line across the chart at its
+			// value shows it at once (a tick at the right edge was all but
+			// invisible for the first half minute).
+			p := s.points[0]
+			y := strconv.FormatFloat(chartHeight-p.V/top*(chartHeight-4)-2, 'f', 1, 64)
+			cs.Lines = []string{"0.0," + y + " " + strconv.FormatFloat(chartWidth, 'f', 1, 64) + "," + y}
+			cs.Latest = formatNumber(p.V)
+			c.Series = append(c.Series, cs)
+			continue
+		}
 		var line strings.Builder
 		var prev time.Time
 		flush := func() {

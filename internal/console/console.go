@@ -142,6 +142,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /dead-letters/confirm", s.handleConfirm)
 	mux.HandleFunc("POST /dead-letters/apply", s.handleApply)
 	mux.HandleFunc("GET /find", s.handleFind)
+	mux.HandleFunc("GET /messages/{id}", s.handleMessage)
 	mux.HandleFunc("GET /sign-in", s.handleSignInPage)
 	mux.HandleFunc("POST /sign-in", s.handleSignIn)
 	mux.HandleFunc("POST /sign-out", s.handleSignOut)
@@ -214,7 +215,7 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "authentication required", http.StatusUnauthorized)
 		return
 	}
-	s.render(w, r, http.StatusUnauthorized, "signin", &signInView{page: s.page(r, "", "Sign in")})
+	s.render(w, r, http.StatusUnauthorized, "signin", &signInView{page: s.signInPage(r)})
 }
 
 // page is what every page's layout needs.
@@ -228,6 +229,9 @@ type page struct {
 	SignedIn  bool // with a session cookie: show "sign out"
 	CSRF      string
 	Notice    string
+	// SignIn is the sign-in page: no navigation, no quick find (they only
+	// lead back to it).
+	SignIn bool
 }
 
 func (s *Server) page(r *http.Request, nav, title string) page {
@@ -237,6 +241,13 @@ func (s *Server) page(r *http.Request, nav, title string) page {
 	if s.opts.Live != nil {
 		p.Node = s.opts.Live.Node()
 	}
+	return p
+}
+
+// signInPage is the page of the sign-in form.
+func (s *Server) signInPage(r *http.Request) page {
+	p := s.page(r, "", "Sign in")
+	p.SignIn = true
 	return p
 }
 
@@ -310,7 +321,7 @@ func (s *Server) handleSignInPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	s.render(w, r, http.StatusOK, "signin", &signInView{page: s.page(r, "", "Sign in")})
+	s.render(w, r, http.StatusOK, "signin", &signInView{page: s.signInPage(r)})
 }
 
 func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
@@ -322,7 +333,7 @@ func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.opts.Auth.signIn(r.PostFormValue("token"), s.now())
 	if !ok {
 		s.log.Warn("console: sign-in with a wrong token", "remote", r.RemoteAddr)
-		s.render(w, r, http.StatusUnauthorized, "signin", &signInView{page: s.page(r, "", "Sign in"), Failed: true})
+		s.render(w, r, http.StatusUnauthorized, "signin", &signInView{page: s.signInPage(r), Failed: true})
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -53,27 +54,32 @@ func (s *Server) handleFind(w http.ResponseWriter, r *http.Request) {
 	v.Searched, v.Truncated = true, res.Truncated
 	now := s.now()
 	for _, m := range res.Messages {
-		row := foundRow{FoundMessage: m, Created: age(now.Sub(m.CreatedAt)) + " ago"}
-		if !m.NextAttemptAt.IsZero() {
-			if d := m.NextAttemptAt.Sub(now); d > 0 {
-				row.NextAttempt = "in " + age(d)
-			} else {
-				row.NextAttempt = "due"
-			}
-		}
-		if !m.FailedAt.IsZero() {
-			row.Failed = age(now.Sub(m.FailedAt)) + " ago"
-		}
-		if !m.PublishedAt.IsZero() {
-			row.Published = age(now.Sub(m.PublishedAt)) + " ago"
-		}
-		v.Rows = append(v.Rows, row)
+		v.Rows = append(v.Rows, foundRowOf(m, now))
 	}
 	slices.SortStableFunc(v.Rows, func(a, b foundRow) int { return cmp.Compare(stateOrder(a.State), stateOrder(b.State)) })
 	for _, st := range slices.Sorted(maps.Keys(res.Unsearched)) {
 		v.Unsearched = append(v.Unsearched, string(st)+" messages: "+res.Unsearched[st])
 	}
 	s.render(w, r, http.StatusOK, "find", v)
+}
+
+// foundRowOf is m with its times said relative to now.
+func foundRowOf(m outbox.FoundMessage, now time.Time) foundRow {
+	row := foundRow{FoundMessage: m, Created: age(now.Sub(m.CreatedAt)) + " ago"}
+	if !m.NextAttemptAt.IsZero() {
+		if d := m.NextAttemptAt.Sub(now); d > 0 {
+			row.NextAttempt = "in " + age(d)
+		} else {
+			row.NextAttempt = "due"
+		}
+	}
+	if !m.FailedAt.IsZero() {
+		row.Failed = age(now.Sub(m.FailedAt)) + " ago"
+	}
+	if !m.PublishedAt.IsZero() {
+		row.Published = age(now.Sub(m.PublishedAt)) + " ago"
+	}
+	return row
 }
 
 func stateOrder(s outbox.MessageState) int {

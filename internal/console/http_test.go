@@ -453,3 +453,64 @@ func TestOverviewShowsBlockedDestinations(t *testing.T) {
 		t.Errorf("no blocked destination:\n%s", body)
 	}
 }
+
+// TestOverviewEveryDestinationBlocked: the HTML and the counts behind
+// TestBrowserEveryDestinationBlocked, without a browser.
+func TestOverviewEveryDestinationBlocked(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	for i := range 3 {
+		write(t, store, outbox.Message{Topic: "orders.created", Key: "k" + strconv.Itoa(i), Payload: []byte("{}")})
+	}
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "app.orders.created", Reason: "no stream covers it", Since: time.Now()}}}
+	_, body := get(t, handler(t, console.Options{Store: store, Live: live}), "/")
+	if !strings.Contains(body, `id="all-blocked"`) || !strings.Contains(body, "outbox destinations create") {
+		t.Errorf("no banner that nothing can be published:\n%s", body)
+	}
+	if !regexp.MustCompile(`<td>app\.orders\.created</td><td>[^<]*</td><td>[^<]*</td><td class="n">3</td>`).MatchString(body) {
+		t.Errorf("the blocked row does not count the 3 waiting messages:\n%s", body)
+	}
+	// Another topic with messages and no block: some still go out.
+	write(t, store, outbox.Message{Topic: "invoices.sent", Key: "k", Payload: []byte("{}")})
+	if _, body := get(t, handler(t, console.Options{Store: store, Live: live}), "/"); strings.Contains(body, `id="all-blocked"`) {
+		t.Errorf("banner while invoices.sent is not blocked:\n%s", body)
+	}
+}
+
+// TestMessagePageSaysWhyItWaits: a message found by ID has a page of its
+// own that answers "why is this message not out?": its blocked
+// destination, the earlier message of its key, its partition without a
+// relay; the find page links to it; an unknown ID is a 404 saying so.
+func TestMessagePageSaysWhyItWaits(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	write(t, store, outbox.Message{Topic: "orders.created", Key: "cust-7", Payload: []byte("{}")})
+	write(t, store, outbox.Message{Topic: "orders.created", Key: "cust-7", Payload: []byte("{}")})
+	res, err := store.FindMessages(context.Background(), outbox.FindQuery{Key: "cust-7"})
+	if err != nil || len(res.Messages) != 2 {
+		t.Fatalf("find: %v %+v", err, res)
+	}
+	first, second := res.Messages[0], res.Messages[1]
+	if second.Seq < first.Seq {
+		first, second = second, first
+	}
+	live := blockingLive{blocked: []console.BlockedDestination{{Destination: "app.orders.created", Reason: "no stream covers it", Since: time.Now()}}}
+	h := handler(t, console.Options{Store: store, Live: live})
+	resp, body := get(t, h, "/messages/"+second.ID)
+	code := resp.StatusCode
+	for _, want := range []string{
+		"Its destination app.orders.created is blocked", "no stream covers it", "outbox destinations create",
+		"1 earlier message(s) of its key &#34;cust-7&#34; wait before it",
+		"No relay holds partition " + strconv.Itoa(second.Partition),
+	} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("message page (%d) lacks %q:\n%s", code, want, body)
+		}
+	}
+	if _, body := get(t, h, "/find?q=cust-7"); !strings.Contains(body, `href="/messages/`+first.ID+`"`) {
+		t.Errorf("the find page does not link to the message page:\n%s", body)
+	}
+	if resp, body := get(t, h, "/messages/0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d"); resp.StatusCode != 404 || !strings.Contains(body, "it is unknown") {
+		t.Errorf("unknown message: %d\n%s", resp.StatusCode, body)
+	}
+}

@@ -34,8 +34,10 @@ type BlockedDestination struct {
 	// Since is when it was blocked; NextProbe when the relay tries again.
 	Since     time.Time `json:"since,omitzero"`
 	NextProbe time.Time `json:"next_probe,omitzero"`
-	// Waiting counts the messages held back, when the relay knows.
-	Waiting int64 `json:"waiting,omitempty"`
+	// Waiting counts the messages held back, when the relay or the
+	// store's topic counts tell (WaitingKnown).
+	Waiting      int64 `json:"waiting,omitempty"`
+	WaitingKnown bool  `json:"waiting_known"`
 }
 
 // relayLive adapts an *outbox.Relay.

@@ -29,10 +29,13 @@ type overviewView struct {
 
 // overviewLive is the part of the overview that refreshes.
 type overviewLive struct {
-	At          time.Time
-	NoStatus    bool   // the store cannot report its status
-	StatusErr   string // the last read failed
-	Took        string // how long the last read took
+	At        time.Time
+	NoStatus  bool   // the store cannot report its status
+	StatusErr string // the last read failed
+	Took      string // how long the last read took
+	// AllBlocked: every topic with messages waiting has its destination
+	// blocked; nothing can be published.
+	AllBlocked  bool
 	Outstanding int64
 	OldestAge   string
 	DeadLetters int64
@@ -135,12 +138,47 @@ func (s *Server) live(r *http.Request) *overviewLive {
 		}
 		if br, ok := l.(BlockedReporter); ok {
 			rv.BlockedKnown, rv.Blocked = true, br.BlockedDestinations()
+			v.AllBlocked = blockedWaiting(rv.Blocked, snap.Status)
 		}
 		v.Relay = rv
 	} else {
 		v.ThroughputNote = "Throughput and blocked destinations are known only to a running relay, not to the store: open the console of a relay (outbox relay --console) to see them."
 	}
 	return v
+}
+
+// blockedWaiting fills in the messages waiting for each blocked
+// destination from the store's topic counts, when the relay did not say
+// (a destination is the topic, or the topic behind the broker's prefix),
+// and reports whether every topic with messages waiting is blocked: then
+// nothing at all can be published.
+func blockedWaiting(blocked []BlockedDestination, st *outbox.Status) bool {
+	if st == nil || len(blocked) == 0 {
+		return false
+	}
+	covered := map[string]bool{}
+	for i := range blocked {
+		b := &blocked[i]
+		var n int64
+		found := false
+		for _, t := range st.Topics {
+			if b.Destination == t.Topic || strings.HasSuffix(b.Destination, "."+t.Topic) || strings.HasSuffix(b.Destination, t.Topic) && len(b.Destination) > len(t.Topic) {
+				n += t.Count
+				found = true
+				covered[t.Topic] = true
+			}
+		}
+		if b.Waiting == 0 && found {
+			b.Waiting = n
+		}
+		b.WaitingKnown = b.WaitingKnown || b.Waiting > 0 || found
+	}
+	for _, t := range st.Topics {
+		if t.Count > 0 && !covered[t.Topic] {
+			return false
+		}
+	}
+	return true
 }
 
 // relayRows lists the live relays with the partitions they lease.

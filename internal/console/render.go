@@ -10,7 +10,7 @@ import (
 )
 
 // pageNames are the page templates; each is parsed with layout.html.
-var pageNames = []string{"overview", "partitions", "deadletters", "deadletter", "confirm", "find", "signin", "error"}
+var pageNames = []string{"overview", "partitions", "deadletters", "deadletter", "confirm", "find", "message", "signin", "error"}
 
 var funcs = template.FuncMap{
 	"num": func(n int64) string { return groupThousands(n) },

@@ -246,6 +246,8 @@ func (s Summary) Print(w io.Writer) error {
 		"throughput:       %.0f msg/s\n"+
 		"latency p50:      %v\n"+
 		"latency p99:      %v\n"+
+		"(latencies over every message consumed, those of the last orders too:\n"+
+		"the progress lines showed the p99 of the messages consumed so far)\n"+
 		"\n%s\n",
 		s.Orders, s.OrderRate, requested, s.Written, s.Published, s.ConsumedUnique, s.Duplicates, s.OrderViolations,
 		s.Throughput, roundLatency(s.LatencyP50), roundLatency(s.LatencyP99), s.Verdict())
@@ -486,7 +488,7 @@ func showProgress(o Options, c *counters, start time.Time, stop <-chan struct{})
 	defer t.Stop()
 	line := func() string {
 		written, unique := c.written.Load(), c.unique.Load()
-		return fmt.Sprintf("%5.1fs  orders %d  written %d  published %d  consumed %d  backlog %d  duplicates %d  order violations %d  p99 %v",
+		return fmt.Sprintf("%5.1fs  orders %d  written %d  published %d  consumed %d  backlog %d  duplicates %d  order violations %d  p99 so far %v",
 			time.Since(start).Seconds(), c.orders.Load(), written, c.published.Load(), unique, max(0, written-unique),
 			c.duplicates.Load(), c.violations.Load(), roundLatency(c.latency.quantile(0.99)))
 	}

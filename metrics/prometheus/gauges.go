@@ -3,6 +3,7 @@ package outboxprom
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,7 @@ var (
 	deadLettersDesc   = desc("dead_letters", "Messages in the dead letters, counted up to the backlog monitor's limit.")
 	leasesHeldDesc    = desc("leases_held", "Partition leases each live relay holds, as the store says.", "node")
 	relaysLiveDesc    = desc("relays_live", "Relays with a live heartbeat in the store.")
+	backlogTotalDesc  = desc("backlog_messages", "Outstanding messages of every topic, as of the last backlog refresh; 0 when the outbox is empty.")
 	refreshDurDesc    = desc("backlog_refresh_duration_seconds", "Duration of the last successful backlog refresh.")
 	refreshTimeDesc   = desc("backlog_refresh_timestamp_seconds", "End of the last successful backlog refresh, Unix time.")
 	refreshErrorsDesc = desc("backlog_refresh_errors_total", "Failed backlog refreshes.")
@@ -31,19 +33,47 @@ var (
 	blockedDesc      = desc("blocked_destinations", "Destinations the relay holds paused because the broker refuses them.")
 	blockedSinceDesc = desc("destination_blocked_since_seconds", "When each blocked destination was blocked, Unix time.", "destination")
 
-	storeUpDesc  = desc("store_up", "1 while the relay reaches its store, 0 while it does not.")
-	brokerUpDesc = desc("broker_up", "1 while the publisher reaches its broker (or cannot tell), 0 while it does not.")
+	storeUpDesc    = desc("store_up", "1 while the relay reaches its store, 0 while it does not.")
+	brokerUpDesc   = desc("broker_up", "1 while the publisher reaches its broker (or cannot tell), 0 while it does not.")
+	allBlockedDesc = desc("all_destinations_blocked", "1 while every destination is blocked: at least one is, and nothing was published since the last one was.")
 )
 
 // backlogCollector reads a backlog monitor's snapshot at scrape time.
 type backlogCollector struct {
 	mon *backlog.Monitor
 	now func() time.Time
+	// seen are the topics of earlier refreshes: an emptied topic keeps its
+	// series at 0, so that an alert can tell "empty" from "not scraped".
+	seen *topicSet
+}
+
+// topicSet is a set of topic names safe for concurrent scrapes.
+type topicSet struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+// emptied records topics and returns the earlier ones not among them.
+func (s *topicSet) emptied(topics []outbox.TopicBacklog) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := make(map[string]bool, len(topics))
+	for _, t := range topics {
+		now[t.Topic] = true
+		s.m[t.Topic] = true
+	}
+	var out []string
+	for t := range s.m {
+		if !now[t] {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{outstandingDesc, oldestAgeDesc, lagDesc, exactDesc, deadLettersDesc, leasesHeldDesc,
-		relaysLiveDesc, refreshDurDesc, refreshTimeDesc, refreshErrorsDesc} {
+		relaysLiveDesc, backlogTotalDesc, refreshDurDesc, refreshTimeDesc, refreshErrorsDesc} {
 		ch <- d
 	}
 }
@@ -65,10 +95,17 @@ func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	var total int64
 	for _, t := range b.Topics {
 		gauge(outstandingDesc, float64(t.Outstanding), t.Topic)
 		gauge(oldestAgeDesc, age(t.OldestCreatedAt), t.Topic)
+		total += t.Outstanding
 	}
+	for _, topic := range c.seen.emptied(b.Topics) {
+		gauge(outstandingDesc, 0, topic)
+		gauge(oldestAgeDesc, 0, topic)
+	}
+	gauge(backlogTotalDesc, float64(total))
 	gauge(lagDesc, age(b.OldestCreatedAt))
 	exact := 0.0
 	if b.Exact {
@@ -92,7 +129,7 @@ func RegisterBacklog(reg prometheus.Registerer, mon *backlog.Monitor) error {
 	if reg == nil || mon == nil {
 		return errors.New("outboxprom: RegisterBacklog needs a registerer and a backlog monitor")
 	}
-	return reg.Register(backlogCollector{mon: mon, now: time.Now})
+	return reg.Register(backlogCollector{mon: mon, now: time.Now, seen: &topicSet{m: map[string]bool{}}})
 }
 
 // BlockedReporter is what RegisterRelay needs of an *outbox.Relay.
@@ -133,6 +170,7 @@ type healthCollector struct{ c *health.Checker }
 func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- storeUpDesc
 	ch <- brokerUpDesc
+	ch <- allBlockedDesc
 }
 
 func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
@@ -147,6 +185,11 @@ func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, up(r.Store))
 	ch <- prometheus.MustNewConstMetric(brokerUpDesc, prometheus.GaugeValue, up(r.Broker))
+	allBlocked := 0.0
+	if r.AllBlocked {
+		allBlocked = 1
+	}
+	ch <- prometheus.MustNewConstMetric(allBlockedDesc, prometheus.GaugeValue, allBlocked)
 }
 
 // RegisterHealth exports the relay's reachability of its store and broker

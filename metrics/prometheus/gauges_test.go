@@ -141,6 +141,7 @@ func TestBacklogGauges(t *testing.T) {
 		{"outbox_leases_held", "relay-a", 5, 5},
 		{"outbox_leases_held", "relay-b", 0, 0},
 		{"outbox_relays_live", "", 2, 2},
+		{"outbox_backlog_messages", "", 42, 42},
 		{"outbox_backlog_refresh_errors_total", "", 1, 1},
 		{"outbox_backlog_refresh_timestamp_seconds", "", float64(time.Now().Add(-time.Minute).Unix()), float64(time.Now().Unix() + 1)},
 	} {
@@ -156,8 +157,19 @@ func TestBacklogGauges(t *testing.T) {
 	if err := mon.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := value(gather(t, reg), "outbox_lag_seconds", ""); v != 0 {
+	fams = gather(t, reg)
+	if v, _ := value(fams, "outbox_lag_seconds", ""); v != 0 {
 		t.Errorf("outbox_lag_seconds with nothing outstanding = %v, want 0", v)
+	}
+	// Emptied topics keep their series at 0, and the total exists at 0:
+	// an alert tells an empty outbox from a relay not scraped.
+	for _, c := range []struct{ name, label string }{
+		{"outbox_outstanding_messages", "orders"}, {"outbox_outstanding_messages", "invoices"},
+		{"outbox_oldest_message_age_seconds", "orders"}, {"outbox_backlog_messages", ""},
+	} {
+		if v, ok := value(fams, c.name, c.label); !ok || v != 0 {
+			t.Errorf("empty outbox: %s{%s} = %v (exported %v), want 0", c.name, c.label, v, ok)
+		}
 	}
 }
 
@@ -191,6 +203,9 @@ func TestRelayAndHealthGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP outbox_all_destinations_blocked 1 while every destination is blocked: at least one is, and nothing was published since the last one was.
+# TYPE outbox_all_destinations_blocked gauge
+outbox_all_destinations_blocked 0
 # HELP outbox_blocked_destinations Destinations the relay holds paused because the broker refuses them.
 # TYPE outbox_blocked_destinations gauge
 outbox_blocked_destinations 0
@@ -208,6 +223,9 @@ outbox_store_up 1
 	fams := gather(t, reg)
 	if v, _ := value(fams, "outbox_blocked_destinations", ""); v != 1 {
 		t.Errorf("outbox_blocked_destinations = %v, want 1", v)
+	}
+	if v, _ := value(fams, "outbox_all_destinations_blocked", ""); v != 1 {
+		t.Errorf("outbox_all_destinations_blocked with one destination blocked and nothing published = %v, want 1", v)
 	}
 	if v, _ := value(fams, "outbox_destination_blocked_since_seconds", "orders"); v != 1700000000 {
 		t.Errorf("outbox_destination_blocked_since_seconds{orders} = %v, want 1700000000", v)

@@ -48,9 +48,15 @@
 //	outbox_dead_letters                         gauge   messages in the dead letters (counted up to the monitor's limit)
 //	outbox_leases_held{node}                    gauge   partition leases each live relay holds
 //	outbox_relays_live                          gauge   relays with a live heartbeat
+//	outbox_backlog_messages                     gauge   outstanding messages of every topic, 0 when the outbox is empty
 //	outbox_backlog_refresh_duration_seconds     gauge   duration of the last refresh
 //	outbox_backlog_refresh_timestamp_seconds    gauge   end of the last successful refresh (Unix time)
 //	outbox_backlog_refresh_errors_total         counter failed refreshes
+//
+// Every series exists from the first refresh on: a topic whose messages
+// were all published keeps outbox_outstanding_messages{topic} at 0 (a
+// relay that never saw the topic has no series for it: alert on
+// outbox_backlog_messages to tell an empty outbox from a missing scrape).
 //
 // The store's figures are the same for every relay of one outbox: aggregate
 // them with max, not sum.
@@ -61,6 +67,7 @@
 //	outbox_destination_blocked_since_seconds{destination}  gauge  when each was blocked (Unix time)
 //	outbox_store_up                                   gauge  1 while the relay reaches its store
 //	outbox_broker_up                                  gauge  1 while the publisher reaches its broker
+//	outbox_all_destinations_blocked                   gauge  1 while every destination is blocked (nothing goes out)
 //
 // The hook only updates in-memory metrics (atomic adds and a read-locked map
 // lookup per topic), so it never blocks the relay on I/O. The topic label has
