@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +23,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/inbox/consume"
-	inboxsqlite "github.com/outboxrelay/outbox/inbox/sqlite"
+	"github.com/outboxrelay/outbox/internal/inboxtest"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	outboxtrace "github.com/outboxrelay/outbox/tracing/otel"
 )
@@ -187,7 +186,7 @@ func TestRelayExportsSpansOverOTLP(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := consume.NATS[*sql.Tx]{
-				Runner:   newSQLiteInbox(t),
+				Runner:   inboxtest.SQLite(t),
 				Consumer: "billing",
 				Handler: func(ctx context.Context, _ *sql.Tx, _ jetstream.Msg) error {
 					_, span := consumerTP.Tracer("app").Start(ctx, "handle order")
@@ -262,23 +261,6 @@ func newHTTPExporter(t *testing.T, endpoint string) sdktrace.SpanExporter {
 	}
 	t.Cleanup(func() { _ = exp.Shutdown(context.Background()) })
 	return exp
-}
-
-func newSQLiteInbox(t *testing.T) *inboxsqlite.Inbox {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "inbox.db")+"?_pragma=busy_timeout(30000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	in, err := inboxsqlite.New(db, inboxsqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return in
 }
 
 // TestRelayTracingSettings: tracing is off without an endpoint and when

@@ -55,6 +55,7 @@ type relayFlags struct {
 	observe         observeFlags
 	console         consoleFlags
 	otel            otelFlags
+	cloudEvents     ceFlags
 }
 
 const brokerExample = "nats://localhost:4222"
@@ -108,6 +109,7 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	f.observe.add(fs)
 	f.console.add(fs, "console-")
 	f.otel.add(fs)
+	f.cloudEvents.add(fs)
 
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		return a.runRelay(ctx, cmd, &f)
@@ -234,6 +236,9 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		Logger:        a.log,
 	}
 	if err := f.security.apply(a, &brokerOpts); err != nil {
+		return err
+	}
+	if brokerOpts.CloudEvents, err = f.cloudEvents.options(a); err != nil {
 		return err
 	}
 	if err := f.store.check(a); err != nil {
