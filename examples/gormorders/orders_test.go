@@ -136,4 +136,3 @@ func mustNil(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-
