@@ -298,8 +298,16 @@ func TestRelayTracingSettings(t *testing.T) {
 		})
 	}
 
+	// The config file's keys are the flags': a bad one names the file's
+	// line, and the flags beat the standard variables.
+	cfg := writeConfig(t, "otel-endpoint: http://127.0.0.1:4318\notel-sampler: never\n")
+	r := run(t, map[string]string{"OUTBOX_STORE": dsn, "OTEL_TRACES_SAMPLER": "always_on"}, "relay", "--broker", "nats://127.0.0.1:1", "--http-addr", "", "--config", cfg)
+	if r.code != 2 || !strings.Contains(r.stderr, "--otel-sampler (from "+cfg+" line 2) must be one of") {
+		t.Fatalf("config file with a bad sampler: %v", r)
+	}
+
 	// --print-config hides the headers, whichever way they came.
-	r := mustRun(t, map[string]string{"OUTBOX_OTEL_HEADERS": "authorization=Bearer%20topsecret"}, "relay", "--print-config")
+	r = mustRun(t, map[string]string{"OUTBOX_OTEL_HEADERS": "authorization=Bearer%20topsecret"}, "relay", "--print-config")
 	if strings.Contains(r.stdout, "topsecret") || !strings.Contains(r.stdout, "otel-headers") {
 		t.Fatalf("print-config:\n%s", r.stdout)
 	}
