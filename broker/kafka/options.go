@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Defaults and limits of [Options].
@@ -125,6 +126,10 @@ type Options struct {
 	// weaken the guarantees (acks other than all, disabling idempotence)
 	// are the caller's responsibility.
 	ClientOptions []kgo.Opt
+	// CloudEvents, if set, publishes every message as a CloudEvent in
+	// binary or structured content mode (see package cloudevents for the
+	// attributes and the Kafka ("ce_" headers, datacontenttype as content-type) binding's header names). Default: off.
+	CloudEvents *cloudevents.Options
 }
 
 // WithDefaults returns o with the zero fields set to their defaults.

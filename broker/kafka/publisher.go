@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/cloudevents"
 
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
 )
@@ -50,6 +51,8 @@ type Publisher struct {
 
 	topicsMu sync.Mutex
 	topics   map[string]time.Time // topic → when it was last seen to exist
+
+	ce *cloudevents.Encoder // nil: CloudEvents off
 }
 
 // Dial creates a franz-go client for opts.Brokers and checks that a broker
@@ -59,6 +62,10 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
+	}
+	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.Kafka)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: Options.CloudEvents: %w", err)
 	}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...),
@@ -93,7 +100,7 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		return nil, fmt.Errorf("kafka: no broker of %v answers: %w; check Brokers (host:port of running Kafka brokers) and the network", opts.Brokers, err)
 	}
 	gate := pubgate.New(pubgate.Config{Name: "kafka", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "acknowledgement"})
-	return &Publisher{client: client, opts: opts, gate: gate, topics: map[string]time.Time{}}, nil
+	return &Publisher{client: client, opts: opts, gate: gate, topics: map[string]time.Time{}, ce: ce}, nil
 }
 
 // Client returns the franz-go client, for metrics and administration. Do
@@ -271,6 +278,9 @@ func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, topics []
 
 // record builds the Kafka record for m.
 func (p *Publisher) record(topic string, m *outbox.Message) *kgo.Record {
+	if p.ce != nil {
+		m, _ = p.ce.Encode(m)
+	}
 	r := &kgo.Record{Topic: topic, Value: m.Payload}
 	if m.Key != "" {
 		r.Key = []byte(m.Key)

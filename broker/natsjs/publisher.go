@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/cloudevents"
 
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
@@ -62,6 +63,10 @@ type Options struct {
 	// Logger receives the connection events of a Publisher made by Dial
 	// (disconnections, reconnections, asynchronous errors). Default: discard.
 	Logger *slog.Logger
+	// CloudEvents, if set, publishes every message as a CloudEvent in
+	// binary or structured content mode (see package cloudevents for the
+	// attributes and the NATS ("ce-" headers, percent-encoded) binding's header names). Default: off.
+	CloudEvents *cloudevents.Options
 }
 
 // WithDefaults returns o with the zero fields set to their defaults.
@@ -116,6 +121,7 @@ type Publisher struct {
 	sem    chan struct{} // one token per message awaited, shared by all calls
 	denied *denials      // permission violations the server reported (Dial)
 	gate   *pubgate.Gate
+	ce     *cloudevents.Encoder // nil: CloudEvents off
 }
 
 // New returns a Publisher that publishes through js. The caller owns js's
@@ -131,8 +137,12 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: Options.CloudEvents: %w", err)
+	}
 	gate := pubgate.New(pubgate.Config{Name: "natsjs", Timeout: opts.AckTimeout, TimeoutField: "AckTimeout", Awaited: "acknowledgement"})
-	return &Publisher{js: js, opts: opts, sem: make(chan struct{}, opts.MaxInFlight), denied: &denials{}, gate: gate}, nil
+	return &Publisher{js: js, opts: opts, sem: make(chan struct{}, opts.MaxInFlight), denied: &denials{}, gate: gate, ce: ce}, nil
 }
 
 // Dial connects to the NATS server(s) at url (comma-separated URLs for a
@@ -378,6 +388,9 @@ func (p *Publisher) acked(subject string, m *outbox.Message, ack *jetstream.PubA
 
 // natsMsg builds the NATS message for m.
 func (p *Publisher) natsMsg(subject string, m *outbox.Message) *nats.Msg {
+	if p.ce != nil {
+		m, _ = p.ce.Encode(m)
+	}
 	h := make(nats.Header, len(m.Headers)+4)
 	for k, v := range m.Headers {
 		h[k] = []string{v}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Defaults and limits of [Options].
@@ -130,6 +131,10 @@ type Options struct {
 	// Logger receives connection events (connection lost, reconnected,
 	// channel closed by the broker). Default: discard.
 	Logger *slog.Logger
+	// CloudEvents, if set, publishes every message as a CloudEvent in
+	// binary or structured content mode (see package cloudevents for the
+	// attributes and the AMQP ("cloudEvents:" headers, datacontenttype as the content-type property) binding's header names). Default: off.
+	CloudEvents *cloudevents.Options
 }
 
 // WithDefaults returns o with the zero fields set to their defaults.

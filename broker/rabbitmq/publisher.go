@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/cloudevents"
 
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
 	"github.com/outboxrelay/outbox/internal/redact"
@@ -59,8 +60,9 @@ type Publisher struct {
 	url      string // as given, with credentials
 	redacted string // for errors and logs
 	opts     Options
-	sem      chan struct{} // one token per message awaiting its confirm
-	rr       atomic.Uint64 // round robin over channels
+	ce       *cloudevents.Encoder // nil: CloudEvents off
+	sem      chan struct{}        // one token per message awaiting its confirm
+	rr       atomic.Uint64        // round robin over channels
 
 	// lock guards the fields below; a channel so that waiting for it
 	// honours the caller's context (a dial may hold it for DialTimeout).
@@ -84,6 +86,10 @@ func Dial(ctx context.Context, url string, opts Options) (*Publisher, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.AMQP)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: Options.CloudEvents: %w", err)
+	}
 	redacted := redact.URL(url)
 	uri, err := amqp.ParseURI(url)
 	if err != nil {
@@ -98,6 +104,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Publisher, error) {
 		url:      url,
 		redacted: redacted,
 		opts:     opts,
+		ce:       ce,
 		sem:      make(chan struct{}, opts.MaxInFlight),
 		lock:     make(chan struct{}, 1),
 		gate:     pubgate.New(pubgate.Config{Name: "rabbitmq", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "confirm"}),
@@ -292,10 +299,14 @@ func (p *Publisher) build(ctx context.Context, s *session, c *channel, msgs []*o
 	}
 	for i, m := range msgs {
 		key := p.opts.RoutingKey(m.Topic)
+		contentType := ""
+		if p.ce != nil && m.ID != "" {
+			m, contentType = p.ce.Encode(m)
+		}
 		if errs[i] = p.check(s, m, key); errs[i] != nil {
 			continue
 		}
-		k.pubs[i] = p.publishing(m)
+		k.pubs[i] = p.publishing(m, contentType)
 		k.batch = append(k.batch, &inflight{index: i, id: m.ID, routingKey: key})
 	}
 	return k
@@ -574,8 +585,10 @@ func headerFrameSize(m *outbox.Message, key string) int {
 	return n + 6*16 // our header names and their encoding
 }
 
-// publishing builds the AMQP message for m.
-func (p *Publisher) publishing(m *outbox.Message) amqp.Publishing {
+// publishing builds the AMQP message for m, with content type ct when not
+// empty (a CloudEvent's), else m's Content-Type header's or
+// application/octet-stream.
+func (p *Publisher) publishing(m *outbox.Message, ct string) amqp.Publishing {
 	h := make(amqp.Table, len(m.Headers)+3)
 	contentType := "application/octet-stream"
 	for k, v := range m.Headers {
@@ -583,6 +596,9 @@ func (p *Publisher) publishing(m *outbox.Message) amqp.Publishing {
 		if strings.EqualFold(k, "Content-Type") {
 			contentType = v
 		}
+	}
+	if ct != "" {
+		contentType = ct
 	}
 	// Ours last: a reserved name in m.Headers (rejected by Validate) cannot
 	// override them.

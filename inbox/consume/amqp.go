@@ -8,20 +8,22 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/cloudevents"
 	"github.com/outboxrelay/outbox/inbox"
 )
 
 // AMQPMessageID returns the message ID of a RabbitMQ delivery: its
 // message-id property (set by the outbox RabbitMQ publisher), else its
-// Outbox-Id header if that is a string, else "".
+// Outbox-Id header if that is a string, else the id of the CloudEvent it
+// carries (binary or structured mode), else "".
 func AMQPMessageID(d *amqp.Delivery) string {
 	if d.MessageId != "" {
 		return d.MessageId
 	}
-	if s, ok := d.Headers[outbox.HeaderID].(string); ok {
+	if s, ok := d.Headers[outbox.HeaderID].(string); ok && s != "" {
 		return s
 	}
-	return ""
+	return eventID(cloudevents.AMQP, amqpHeaders(d.Headers), d.ContentType, d.Body)
 }
 
 // AMQP handles RabbitMQ deliveries exactly once per ID through an inbox.

@@ -7,18 +7,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/cloudevents"
 	"github.com/outboxrelay/outbox/inbox"
 )
 
 // KafkaMessageID returns the value of a record's Outbox-Id header (set by
-// the outbox Kafka publisher), or "".
+// the outbox Kafka publisher), else the id of the CloudEvent it carries
+// (binary or structured mode), else "".
 func KafkaMessageID(rec *kgo.Record) string {
 	for _, h := range rec.Headers {
 		if h.Key == outbox.HeaderID {
 			return string(h.Value)
 		}
 	}
-	return ""
+	return eventID(cloudevents.Kafka, kafkaHeaders(rec.Headers), "", rec.Value)
 }
 
 // Marker marks records for the next offset commit; *kgo.Client implements

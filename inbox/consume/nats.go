@@ -9,18 +9,23 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/cloudevents"
 	"github.com/outboxrelay/outbox/inbox"
 )
 
 // NATSMessageID returns the message ID of a JetStream message: its
 // Nats-Msg-Id header (set by the outbox NATS publisher, and used by
-// JetStream's own duplicate window), else its Outbox-Id header, else "".
+// JetStream's own duplicate window), else its Outbox-Id header, else the
+// id of the CloudEvent it carries (binary or structured mode), else "".
 func NATSMessageID(msg jetstream.Msg) string {
 	h := msg.Headers()
 	if id := h.Get(jetstream.MsgIDHeader); id != "" {
 		return id
 	}
-	return h.Get(outbox.HeaderID)
+	if id := h.Get(outbox.HeaderID); id != "" {
+		return id
+	}
+	return eventID(cloudevents.NATS, natsHeaders(h), "", msg.Data())
 }
 
 // NATS handles JetStream messages exactly once per ID through an inbox. The

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxrelay/outbox/cloudevents"
 	"github.com/outboxrelay/outbox/inbox"
 )
 
@@ -29,14 +30,26 @@ func startHandle(ctx context.Context, t inbox.Tracer, d inbox.Delivery) (context
 // natsHeaders reads a NATS message's headers (first value of each).
 type natsHeaders nats.Header
 
-func (h natsHeaders) Get(key string) string { return nats.Header(h).Get(key) }
-func (h natsHeaders) Keys() []string        { return keys(h) }
+func (h natsHeaders) Get(key string) string {
+	if v := nats.Header(h).Get(key); v != "" {
+		return v
+	}
+	return traceFallback(nats.Header(h).Get, key, cloudevents.NATS.Prefix)
+}
+func (h natsHeaders) Keys() []string { return keys(h) }
 
 // amqpHeaders reads the string (or byte slice) values of an AMQP headers
 // table.
 type amqpHeaders amqp.Table
 
 func (h amqpHeaders) Get(key string) string {
+	if v := h.get(key); v != "" {
+		return v
+	}
+	return traceFallback(h.get, key, cloudevents.AMQP.Prefix, "cloudEvents_")
+}
+
+func (h amqpHeaders) get(key string) string {
 	switch v := h[key].(type) {
 	case string:
 		return v
@@ -54,6 +67,13 @@ func (h amqpHeaders) Keys() []string { return keys(h) }
 type kafkaHeaders []kgo.RecordHeader
 
 func (h kafkaHeaders) Get(key string) string {
+	if v := h.get(key); v != "" {
+		return v
+	}
+	return traceFallback(h.get, key, cloudevents.Kafka.Prefix)
+}
+
+func (h kafkaHeaders) get(key string) string {
 	for _, rh := range h {
 		if rh.Key == key {
 			return string(rh.Value)

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/cloudevents"
 
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/storepolicy"
@@ -120,6 +121,10 @@ type BrokerOptions struct {
 	// AMQP are the credentials of amqp:// and amqps:// brokers beyond the
 	// URL's.
 	AMQP AMQPAuth
+
+	// CloudEvents, if set, publishes every message as a CloudEvent (see
+	// cloudevents.go for the brokers that can).
+	CloudEvents *cloudevents.Options
 }
 
 // BrokerParams maps the broker URL query parameters the outbox reads to the
@@ -295,6 +300,9 @@ func preparePublisher(rawURL string, o BrokerOptions) (*url.URL, BrokerOptions, 
 		return nil, o, nil, err
 	}
 	if err := o.checkSecurity(u); err != nil {
+		return nil, o, nil, err
+	}
+	if err := o.checkCloudEvents(u); err != nil {
 		return nil, o, nil, err
 	}
 	return u, o, open, nil

@@ -55,6 +55,7 @@ func openKafka(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publish
 		opts.TopicMapper = func(topic string) string { return prefix + topic }
 	}
 	opts.Logger = o.Logger
+	opts.CloudEvents = o.CloudEvents
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}

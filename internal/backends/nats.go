@@ -44,6 +44,7 @@ func openNATS(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publishe
 		AckTimeout:    o.AckTimeout,
 		SubjectPrefix: o.SubjectPrefix,
 		Logger:        o.Logger,
+		CloudEvents:   o.CloudEvents,
 	}, natsOpts...)
 	if err != nil {
 		return nil, natsRefusal(err, u, o)

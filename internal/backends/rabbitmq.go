@@ -48,6 +48,7 @@ func openRabbitMQ(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publ
 		opts.RoutingKey = func(topic string) string { return prefix + topic }
 	}
 	opts.Logger = o.Logger
+	opts.CloudEvents = o.CloudEvents
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}

@@ -42,7 +42,9 @@ func TestRelayCloudEvents(t *testing.T) {
 		ev["subject"] != msgs[0].Key || ev["specversion"] != "1.0" {
 		t.Fatalf("content type %q, event %v", ct, ev)
 	}
-	if _, err := time.Parse(time.RFC3339Nano, ev["time"].(string)); err != nil {
+	if s, _ := ev["time"].(string); s == "" {
+		t.Fatalf("event without time: %v", ev)
+	} else if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
 		t.Fatalf("time: %v", err)
 	}
 	if code := b.stop(t); code != 0 {

@@ -55,6 +55,8 @@ type relayFlags struct {
 	httpAddr        string
 	observe         observeFlags
 	console         consoleFlags
+	otel            otelFlags
+	cloudEvents     ceFlags
 }
 
 const brokerExample = "nats://localhost:4222"
@@ -108,6 +110,8 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	fs.StringVar(&f.httpAddr, "http-addr", HTTPAddrDefault, "serve /healthz, /readyz and /metrics here (host:port; port 0 picks one; empty disables)")
 	f.observe.add(fs)
 	f.console.add(fs, "console-")
+	f.otel.add(fs)
+	f.cloudEvents.add(fs)
 
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		return a.runRelay(ctx, cmd, &f)
@@ -240,10 +244,17 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 	if err := f.security.apply(a, &brokerOpts); err != nil {
 		return err
 	}
+	if brokerOpts.CloudEvents, err = f.cloudEvents.options(a); err != nil {
+		return err
+	}
 	if err := f.store.check(a); err != nil {
 		return err
 	}
 	if err := backends.CheckBrokerURL(f.broker, brokerOpts); err != nil {
+		return err
+	}
+	tracing, err := f.otel.resolve(a)
+	if err != nil {
 		return err
 	}
 
@@ -299,6 +310,17 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 			a.log.Warn("close broker", "err", cerr)
 		}
 	}()
+
+	if tracing.enabled {
+		tracer, shutdown, err := a.startTracing(ctx, tracing, messagingSystem(f.broker))
+		if err != nil {
+			return err
+		}
+		defer shutdown() // after the relay stopped: flushes its last spans
+		cfg.Tracer = tracer
+	} else {
+		a.log.Debug("tracing: off", "reason", tracing.why)
+	}
 
 	relay, err := outbox.NewRelay(store, pub, cfg)
 	if err != nil {

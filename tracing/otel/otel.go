@@ -31,7 +31,9 @@
 // (the topic), messaging.message.id, messaging.operation.type "send" and,
 // for a batch of more than one message, messaging.batch.message_count. It
 // also carries outbox.attempt (1 for the first attempt); a retry has a
-// "retry" event with the previous attempt's error. A failed publish sets
+// "retry" event with the previous attempt's error. The attributes are set
+// once the span is sampled (a sampler does not see them), so that the many
+// spans a low sampling ratio drops cost as little as they can. A failed publish sets
 // the span's status to Error, records the error and sets error.type to
 // "permanent", "blocked", "timeout" or "retryable".
 //
@@ -142,6 +144,9 @@ func NewPublishTracer(system string, opts ...Option) outbox.PublishTracer {
 	return &publishTracer{tracer: c.tracer(), prop: c.prop, system: semconv.MessagingSystemKey.String(system)}
 }
 
+// producerKind is the start option of every producer span.
+var producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+
 type publishTracer struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
@@ -150,36 +155,43 @@ type publishTracer struct {
 
 func (p *publishTracer) StartPublish(ctx context.Context, recs []*outbox.Record) ([]*outbox.Message, func([]error)) {
 	msgs := make([]*outbox.Message, len(recs))
+	copies := make([]outbox.Message, len(recs)) // one allocation for the batch
 	spans := make([]trace.Span, len(recs))
 	for i, r := range recs {
 		parent := p.prop.Extract(ctx, propagation.MapCarrier(r.Headers))
-		attrs := []attribute.KeyValue{
-			p.system,
-			semconv.MessagingDestinationName(r.Topic),
-			semconv.MessagingMessageID(r.ID),
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("send"),
-			attribute.Int("outbox.attempt", r.Attempts+1),
+		sctx, span := p.tracer.Start(parent, "send "+r.Topic, producerKind)
+		if span.IsRecording() {
+			// Only a sampled span pays for its attributes: most are not
+			// at a low sampling ratio (BenchmarkPublishTracing).
+			attrs := []attribute.KeyValue{
+				p.system,
+				semconv.MessagingDestinationName(r.Topic),
+				semconv.MessagingMessageID(r.ID),
+				semconv.MessagingOperationTypeSend,
+				semconv.MessagingOperationName("send"),
+				attribute.Int("outbox.attempt", r.Attempts+1),
+			}
+			if len(recs) > 1 {
+				attrs = append(attrs, semconv.MessagingBatchMessageCount(len(recs)))
+			}
+			span.SetAttributes(attrs...)
 		}
-		if len(recs) > 1 {
-			attrs = append(attrs, semconv.MessagingBatchMessageCount(len(recs)))
-		}
-		sctx, span := p.tracer.Start(parent, "send "+r.Topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-		if r.Attempts > 0 {
+		if r.Attempts > 0 && span.IsRecording() {
 			span.AddEvent("retry", trace.WithAttributes(
 				attribute.Int("outbox.attempt", r.Attempts+1),
 				attribute.String("outbox.last_error", r.LastError),
 			))
 		}
-		m := r.Message
+		m := &copies[i]
+		*m = r.Message
 		m.Headers = make(map[string]string, len(r.Headers)+2)
 		maps.Copy(m.Headers, r.Headers)
 		p.prop.Inject(sctx, propagation.MapCarrier(m.Headers))
-		msgs[i], spans[i] = &m, span
+		msgs[i], spans[i] = m, span
 	}
 	return msgs, func(errs []error) {
 		for i, span := range spans {
-			if i < len(errs) && errs[i] != nil {
+			if i < len(errs) && errs[i] != nil && span.IsRecording() {
 				span.RecordError(errs[i])
 				span.SetStatus(codes.Error, errs[i].Error())
 				span.SetAttributes(semconv.ErrorTypeKey.String(errorType(errs[i])))
