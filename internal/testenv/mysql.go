@@ -121,4 +121,3 @@ func execMySQL(rawURL, query string) error {
 	_, err = db.ExecContext(ctx, query)
 	return err
 }
-
