@@ -135,4 +135,3 @@ func dedup(parts []int) []int {
 	}
 	return out
 }
-

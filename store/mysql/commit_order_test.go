@@ -1,0 +1,206 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/relaytest"
+)
+
+// orderEnv runs a relay on a store and gives two-transaction scripts an
+// aggregate row to lock, the application's own lock.
+type orderEnv struct {
+	*bundle
+	rec *relaytest.Recorder
+}
+
+func newOrderEnv(t *testing.T) *orderEnv {
+	t.Helper()
+	b := setup(t)
+	e := &orderEnv{bundle: b, rec: &relaytest.Recorder{}}
+	for _, q := range []string{"CREATE TABLE aggregate (id VARCHAR(16) PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB", "INSERT INTO aggregate VALUES ('k', 0)"} {
+		if _, err := b.store.DB().ExecContext(b.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// startRelay starts the relay publishing to e.rec.
+func (e *orderEnv) startRelay(t *testing.T, sweep time.Duration) *outbox.Relay {
+	t.Helper()
+	return relaytest.Start(t, e.store, e.rec, outbox.Config{Node: "n", PollInterval: 10 * time.Millisecond, SweepInterval: sweep})
+}
+
+// txn is an application transaction on its own connection.
+type txn struct {
+	*sql.Tx
+	id int64 // the connection's CONNECTION_ID()
+}
+
+func (e *orderEnv) begin(t *testing.T) *txn {
+	t.Helper()
+	tx, err := e.store.DB().BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	x := &txn{Tx: tx}
+	if err := tx.QueryRowContext(e.ctx, "SELECT CONNECTION_ID()").Scan(&x.id); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func (e *orderEnv) writeIn(t *testing.T, tx *txn, m outbox.Message) {
+	t.Helper()
+	if err := e.store.Write(e.ctx, tx.Tx, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *orderEnv) commit(t *testing.T, tx *txn) {
+	t.Helper()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *orderEnv) update(ctx context.Context, tx *txn) error {
+	_, err := tx.ExecContext(ctx, "UPDATE aggregate SET n = n + 1 WHERE id = 'k'")
+	return err
+}
+
+// waitLocked waits until tx's connection waits for a row lock.
+func (e *orderEnv) waitLocked(t *testing.T, tx *txn, what string) {
+	t.Helper()
+	relaytest.WaitFor(t, what, time.Minute, func() bool {
+		var n int
+		err := e.store.DB().QueryRowContext(e.ctx, "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", tx.id).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+}
+
+// published waits for n messages at the broker and returns their IDs in
+// publish order.
+func (e *orderEnv) published(t *testing.T, n int) []string {
+	t.Helper()
+	relaytest.WaitFor(t, "the messages published", time.Minute, func() bool { return len(e.rec.IDs()) >= n })
+	ids := e.rec.IDs()
+	if len(ids) != n {
+		t.Fatalf("published %d messages, want %d", len(ids), n)
+	}
+	return ids
+}
+
+func keyed() outbox.Message { return outbox.Message{ID: outbox.NewID(), Topic: "order", Key: "k"} }
+
+func async(f func() error) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	return ch
+}
+
+// TestPlainWritePublishesInInsertOrder documents the limit of Write on
+// MySQL, as on PostgreSQL: T1 writes M1, T2 writes M2, T2 updates the
+// aggregate row, T1 waits for that row, T2 commits, then T1. T2 committed
+// first, yet the relay publishes M1 first: a key's publish order is its
+// insert order (AUTO_INCREMENT is drawn at insert), which is its commit
+// order only when its writers are serialised before they write.
+func TestPlainWritePublishesInInsertOrder(t *testing.T) {
+	t.Parallel()
+	e := newOrderEnv(t)
+	m1, m2 := keyed(), keyed()
+	t1, t2 := e.begin(t), e.begin(t)
+	e.writeIn(t, t1, m1)
+	e.writeIn(t, t2, m2)
+	if err := e.update(e.ctx, t2); err != nil {
+		t.Fatal(err)
+	}
+	t1Update := async(func() error { return e.update(e.ctx, t1) })
+	e.waitLocked(t, t1, "T1 to wait for the row T2 updated")
+	e.commit(t, t2)
+	if err := <-t1Update; err != nil {
+		t.Fatal(err)
+	}
+	e.commit(t, t1)
+	e.startRelay(t, 0)
+	if ids := e.published(t, 2); ids[0] != m1.ID || ids[1] != m2.ID {
+		t.Fatalf("published %v, want M1 %s then M2 %s (insert order; the commit order was M2, M1)", ids, m1.ID, m2.ID)
+	}
+}
+
+// TestSerialisedWritersPublishInCommitOrder: the application locks the
+// aggregate row before Write, so the second writer of the key draws its
+// seq only after the first committed; with the relay running throughout,
+// publish order is commit order.
+func TestSerialisedWritersPublishInCommitOrder(t *testing.T) {
+	t.Parallel()
+	e := newOrderEnv(t)
+	e.startRelay(t, 0)
+	m1, m2 := keyed(), keyed()
+	t1, t2 := e.begin(t), e.begin(t)
+	if err := e.update(e.ctx, t1); err != nil {
+		t.Fatal(err)
+	}
+	t2Done := async(func() error {
+		if err := e.update(e.ctx, t2); err != nil {
+			return err
+		}
+		return e.store.Write(e.ctx, t2.Tx, m2)
+	})
+	e.waitLocked(t, t2, "T2 to wait for the row T1 updated")
+	e.writeIn(t, t1, m1)
+	e.commit(t, t1)
+	if err := <-t2Done; err != nil {
+		t.Fatal(err)
+	}
+	e.commit(t, t2)
+	if ids := e.published(t, 2); ids[0] != m1.ID || ids[1] != m2.ID {
+		t.Fatalf("published %v, want the commit order M1 %s, M2 %s", ids, m1.ID, m2.ID)
+	}
+}
+
+// TestLateCommitBelowCursorIsPublished: two writers of a key commit out of
+// insert order while the relay runs. T1 inserts M1 (the lower seq) and
+// stays open; T2 inserts M2 and commits; the relay publishes M2 and its
+// cursor passes M1's seq. When T1 commits, M1 is below the cursor, where
+// no fetch looks: the sweep (Unsettled, every SweepInterval) finds it and
+// the relay publishes it. Nothing is lost, and the publish order is the
+// commit order, M2 then M1. A late commit of another key of the partition
+// (M3) is caught the same way.
+func TestLateCommitBelowCursorIsPublished(t *testing.T) {
+	t.Parallel()
+	e := newOrderEnv(t)
+	r := e.startRelay(t, 50*time.Millisecond)
+	m1, m2 := keyed(), keyed()
+	p := outbox.PartitionOf("k", testPartitions)
+	m3 := outbox.Message{ID: outbox.NewID(), Topic: "order"}
+	for i := 0; outbox.PartitionOf(m3.Key, testPartitions) != p || m3.Key == ""; i++ {
+		m3.Key = "other-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+	}
+	t1, t3, t2 := e.begin(t), e.begin(t), e.begin(t)
+	e.writeIn(t, t1, m1)
+	e.writeIn(t, t3, m3)
+	e.writeIn(t, t2, m2)
+	e.commit(t, t2)
+	if ids := e.published(t, 1); ids[0] != m2.ID {
+		t.Fatalf("published %v, want M2 %s", ids, m2.ID)
+	}
+	e.commit(t, t1)
+	e.commit(t, t3)
+	ids := e.published(t, 3)
+	if ids[0] != m2.ID || ids[1] != m1.ID && ids[2] != m1.ID {
+		t.Fatalf("published %v, want M2 %s first, then M1 %s and M3 %s", ids, m2.ID, m1.ID, m3.ID)
+	}
+	relaytest.WaitFor(t, "the outbox to drain", time.Minute, func() bool { return e.count(t, "_messages") == 0 })
+	if st := r.Stats(); st.Published != 3 {
+		t.Fatalf("relay stats: %+v, want 3 published", st)
+	}
+}
