@@ -3,6 +3,7 @@ package mysql
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 		return nil, fmt.Errorf("mysql: fetch: limit must be positive, got %d", limit)
 	}
 	var recs []outbox.Record
+	all := cursors
 	for len(cursors) > 0 {
 		n := min(len(cursors), cursorsPerStatement)
 		args := make([]any, 0, 3*n)
@@ -58,7 +60,126 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 	slices.SortStableFunc(recs, func(a, b outbox.Record) int {
 		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
 	})
-	return recs, nil
+	return s.holdBack(ctx, all, recs)
+}
+
+// holdBack drops, per partition, the fetched records at and above the
+// lowest seq that an open transaction holds in the range the fetch read:
+// AUTO_INCREMENT is drawn at insert and a row becomes visible at commit,
+// so a row with a lower seq may still commit, and the relay must not move
+// its cursor past it (it would be published after later messages of its
+// key). The seqs in flight are read after the fetch with a dirty read (READ
+// UNCOMMITTED) of the pending index over the fetched range only: what it
+// sees and the fetch did not are rows of open transactions (or rows that
+// committed between the two reads, held back needlessly until the next
+// fetch). A row whose seq was drawn but which is not yet in the index when
+// the dirty read runs (inside one INSERT statement) is not seen: if it
+// commits below a cursor, the relay's sweep finds it (see doc.go, "Commit
+// order").
+func (s *Store) holdBack(ctx context.Context, cursors []outbox.Cursor, recs []outbox.Record) ([]outbox.Record, error) {
+	if len(recs) == 0 {
+		return recs, nil
+	}
+	after := make(map[int]int64, len(cursors))
+	for _, c := range cursors {
+		after[c.Partition] = c.After
+	}
+	type span struct {
+		part       int
+		from, to   int64 // (from, to]
+		seen       map[int64]bool
+		start, end int // recs[start:end]
+	}
+	var spans []*span
+	for i := 0; i < len(recs); {
+		j := i
+		for j < len(recs) && recs[j].Partition == recs[i].Partition {
+			j++
+		}
+		sp := &span{part: recs[i].Partition, from: after[recs[i].Partition], to: recs[j-1].Seq, seen: make(map[int64]bool, j-i), start: i, end: j}
+		for _, r := range recs[i:j] {
+			sp.seen[r.Seq] = true
+		}
+		// A span with no gap has nothing below its top that it did not
+		// see... except rows of open transactions, which are exactly the
+		// gaps: a span as long as its seq range needs no dirty read.
+		if int64(j-i) < sp.to-sp.from {
+			spans = append(spans, sp)
+		}
+		i = j
+	}
+	if len(spans) == 0 {
+		return recs, nil
+	}
+	lowest := make(map[int]int64)
+	for len(spans) > 0 {
+		n := min(len(spans), cursorsPerStatement)
+		args := make([]any, 0, 3*n)
+		byPart := make(map[int]*span, n)
+		for _, sp := range spans[:n] {
+			args = append(args, sp.part, sp.from, sp.to)
+			byPart[sp.part] = sp
+		}
+		spans = spans[n:]
+		err := s.dirtyRead(ctx, unionOf(s.q.dirtyOne, n), args, func(part int, seq int64) {
+			if sp := byPart[part]; sp != nil && !sp.seen[seq] {
+				if l, ok := lowest[part]; !ok || seq < l {
+					lowest[part] = seq
+				}
+			}
+		})
+		if err != nil {
+			return nil, s.wrap("fetch: read the seqs in flight", err)
+		}
+	}
+	if len(lowest) == 0 {
+		return recs, nil
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if l, ok := lowest[r.Partition]; ok && r.Seq >= l {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// dirtyRead runs query at READ UNCOMMITTED and calls fn with each (part,
+// seq) row.
+func (s *Store) dirtyRead(ctx context.Context, query string, args []any, fn func(part int, seq int64)) error {
+	scan := func(rows *sql.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			var part int
+			var seq int64
+			if err := rows.Scan(&part, &seq); err != nil {
+				return err
+			}
+			fn(part, seq)
+		}
+		return rows.Err()
+	}
+	if s.dirty != nil {
+		rows, err := s.dirty.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		return scan(rows)
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadUncommitted, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	if err := scan(rows); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // unionOf repeats query n times in one UNION ALL.

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -9,7 +10,12 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "relay" {
+		os.Exit(childRelay())
+	}
+	testenv.Main(m)
+}
 
 // testPartitions is P for the tests' stores: small, so that tests that hold
 // every partition stay cheap, yet enough to spread keys.

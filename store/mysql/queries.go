@@ -16,6 +16,7 @@ type queries struct {
 	insertHead string // INSERT … VALUES, without the rows
 	fetchOne   string // one cursor, in parentheses, for a UNION ALL
 	unsetOne   string // one cursor, in parentheses, for a UNION ALL
+	dirtyOne   string // one fetched range, read at READ UNCOMMITTED
 	claim      string
 
 	leasesOf  string // ends with "part IN (": the caller adds the placeholders and ")"
@@ -53,6 +54,8 @@ func newQueries(n names) queries {
 		insertHead: "INSERT INTO " + m + " (id, part, topic, msg_key, payload, headers, created_at) VALUES ",
 		fetchOne: "(SELECT " + recordColumns + " FROM " + m + " FORCE INDEX (pending_idx)" +
 			" WHERE part = ? AND published_at IS NULL AND seq > ? ORDER BY seq LIMIT ?)",
+		dirtyOne: "(SELECT part, seq FROM " + m + " FORCE INDEX (pending_idx)" +
+			" WHERE part = ? AND published_at IS NULL AND seq > ? AND seq <= ?)",
 		unsetOne: "(SELECT id, part, seq FROM " + m + " FORCE INDEX (pending_idx)" +
 			" WHERE part = ? AND published_at IS NULL AND seq <= ? ORDER BY seq)",
 		// The seeds' claim: the clustered index in seq order, skipping rows

@@ -40,6 +40,10 @@ const MaxOpenConnsDefault = 32
 type Store struct {
 	db    *sql.DB
 	ownDB bool
+	// dirty reads at READ UNCOMMITTED (a database of Open, whose
+	// connections set it for their session); nil with New, whose dirty
+	// reads run in transactions.
+	dirty *sql.DB
 	opts  Options
 	n     names
 	q     queries
@@ -125,11 +129,33 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s.db.SetMaxIdleConns(MaxOpenConnsDefault)
 	s.db.SetConnMaxIdleTime(5 * time.Minute)
 	s.ownDB = true
-	if err := s.db.PingContext(ctx); err != nil {
+	var version string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		s.db.Close()
 		return nil, fmt.Errorf("mysql: cannot connect to database %q at %s as user %q: check the store URL and that the server is running: %w",
 			cfg.DBName, cfg.Addr, cfg.User, err)
 	}
+	// The session variable of the isolation level: MariaDB's tx_isolation
+	// (transaction_isolation only from 11.1), MySQL 8's
+	// transaction_isolation (tx_isolation was removed in 8.0).
+	dcfg := cfg.Clone()
+	if dcfg.Params == nil {
+		dcfg.Params = map[string]string{}
+	}
+	if strings.Contains(version, "MariaDB") {
+		dcfg.Params["tx_isolation"] = "'READ-UNCOMMITTED'"
+	} else {
+		dcfg.Params["transaction_isolation"] = "'READ-UNCOMMITTED'"
+	}
+	dconn, err := mysql.NewConnector(dcfg)
+	if err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	s.dirty = sql.OpenDB(dconn)
+	s.dirty.SetMaxOpenConns(MaxOpenConnsDefault)
+	s.dirty.SetMaxIdleConns(4)
+	s.dirty.SetConnMaxIdleTime(5 * time.Minute)
 	return s, nil
 }
 
@@ -169,6 +195,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.bc.close()
+	if s.dirty != nil {
+		s.dirty.Close()
+	}
 	if s.ownDB {
 		if err := s.db.Close(); err != nil {
 			return fmt.Errorf("mysql: close: %w", err)

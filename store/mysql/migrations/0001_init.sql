@@ -31,7 +31,13 @@ CREATE TABLE IF NOT EXISTS {{messages}} (
     last_error      TEXT NULL,
     published_at    DATETIME(6) NULL,
     PRIMARY KEY (seq),
-    UNIQUE KEY id_idx (id),
+    -- Not UNIQUE on purpose: InnoDB fills a unique index before the
+    -- others, and its duplicate check can wait for a lock held by a
+    -- settle; the row would then sit in the clustered index with its seq
+    -- drawn but absent from pending_idx, where Fetch looks for the seqs of
+    -- open transactions (fetch.go, holdBack). IDs are UUIDv7 drawn by
+    -- Write; writing one ID twice makes two rows.
+    KEY id_idx (id),
     -- Fetch, Unsettled, status: pending records per partition in seq
     -- order (published_at IS NULL is an equality on the index). Narrow on
     -- purpose: no payload.
