@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -167,37 +168,66 @@ func TestSerialisedWritersPublishInCommitOrder(t *testing.T) {
 	}
 }
 
-// TestLateCommitBelowCursorIsPublished: two writers of a key commit out of
-// insert order while the relay runs. T1 inserts M1 (the lower seq) and
-// stays open; T2 inserts M2 and commits; the relay publishes M2 and its
-// cursor passes M1's seq. When T1 commits, M1 is below the cursor, where
-// no fetch looks: the sweep (Unsettled, every SweepInterval) finds it and
-// the relay publishes it. Nothing is lost, and the publish order is the
-// commit order, M2 then M1. A late commit of another key of the partition
-// (M3) is caught the same way.
-func TestLateCommitBelowCursorIsPublished(t *testing.T) {
+// TestOpenTransactionHoldsBackLaterRows: two writers of a key commit out
+// of insert order while the relay runs. T1 inserts M1 (the lower seq) and
+// stays open; T2 inserts M2 and M3 (a key of another partition) and
+// commits. The relay publishes M3, but holds M2 back while T1, which holds
+// a lower seq of M2's partition, is open: it never moves its cursor past a
+// row that may still commit. Once T1 commits, M1 and M2 go in seq order.
+func TestOpenTransactionHoldsBackLaterRows(t *testing.T) {
+	t.Parallel()
+	e := newOrderEnv(t)
+	e.startRelay(t, 0)
+	m1, m2 := keyed(), keyed()
+	p := outbox.PartitionOf("k", testPartitions)
+	m3 := outbox.Message{ID: outbox.NewID(), Topic: "order", Key: "other"}
+	for i := 0; outbox.PartitionOf(m3.Key, testPartitions) == p; i++ {
+		m3.Key = fmt.Sprintf("other-%d", i)
+	}
+	t1, t2 := e.begin(t), e.begin(t)
+	e.writeIn(t, t1, m1)
+	e.writeIn(t, t2, m2)
+	e.writeIn(t, t2, m3)
+	e.commit(t, t2)
+	if ids := e.published(t, 1); ids[0] != m3.ID {
+		t.Fatalf("published %v, want M3 %s of the other partition", ids, m3.ID)
+	}
+	e.commit(t, t1)
+	if ids := e.published(t, 3); ids[1] != m1.ID || ids[2] != m2.ID {
+		t.Fatalf("published %v, want M3 %s, then M1 %s and M2 %s in seq order", ids, m3.ID, m1.ID, m2.ID)
+	}
+}
+
+// TestRowBelowCursorIsFoundBySweep: a row that appears below the relay's
+// cursor (a row whose seq was drawn but not yet in the pending index when
+// a fetch read past it; here inserted with an explicit seq) is found by
+// the sweep and published: nothing is lost.
+func TestRowBelowCursorIsFoundBySweep(t *testing.T) {
 	t.Parallel()
 	e := newOrderEnv(t)
 	r := e.startRelay(t, 50*time.Millisecond)
-	m1, m2 := keyed(), keyed()
-	p := outbox.PartitionOf("k", testPartitions)
-	m3 := outbox.Message{ID: outbox.NewID(), Topic: "order"}
-	for i := 0; outbox.PartitionOf(m3.Key, testPartitions) != p || m3.Key == ""; i++ {
-		m3.Key = "other-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+	first := outbox.Message{ID: outbox.NewID(), Topic: "order", Key: "k"}
+	if err := e.write(e.ctx, first); err != nil {
+		t.Fatal(err)
 	}
-	t1, t3, t2 := e.begin(t), e.begin(t), e.begin(t)
-	e.writeIn(t, t1, m1)
-	e.writeIn(t, t3, m3)
-	e.writeIn(t, t2, m2)
-	e.commit(t, t2)
-	if ids := e.published(t, 1); ids[0] != m2.ID {
-		t.Fatalf("published %v, want M2 %s", ids, m2.ID)
+	// Leave a gap of seqs below the next message.
+	if _, err := e.store.DB().ExecContext(e.ctx, "ALTER TABLE "+e.store.n.messages+" AUTO_INCREMENT = 1000"); err != nil {
+		t.Fatal(err)
 	}
-	e.commit(t, t1)
-	e.commit(t, t3)
-	ids := e.published(t, 3)
-	if ids[0] != m2.ID || ids[1] != m1.ID && ids[2] != m1.ID {
-		t.Fatalf("published %v, want M2 %s first, then M1 %s and M3 %s", ids, m2.ID, m1.ID, m3.ID)
+	second := keyed()
+	if err := e.write(e.ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	e.published(t, 2)
+	relaytest.WaitFor(t, "the outbox to drain", time.Minute, func() bool { return e.count(t, "_messages") == 0 })
+	late := keyed()
+	p := outbox.PartitionOf(late.Key, testPartitions)
+	if _, err := e.store.DB().ExecContext(e.ctx, "INSERT INTO "+e.store.n.messages+
+		" (seq, id, part, topic, msg_key, payload, created_at) VALUES (500, ?, ?, 'order', 'k', '', UTC_TIMESTAMP(6))", late.ID, p); err != nil {
+		t.Fatal(err)
+	}
+	if ids := e.published(t, 3); ids[2] != late.ID {
+		t.Fatalf("published %v, want the late row %s last", ids, late.ID)
 	}
 	relaytest.WaitFor(t, "the outbox to drain", time.Minute, func() bool { return e.count(t, "_messages") == 0 })
 	if st := r.Stats(); st.Published != 3 {
