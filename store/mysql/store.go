@@ -1,11 +1,16 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -54,9 +59,14 @@ type Store struct {
 }
 
 // ParseURL turns a store URL into a driver configuration: a mysql:// URL
-// (mysql://user:password@host:3306/dbname?tls=true; the query parameters
-// are github.com/go-sql-driver/mysql's) or the driver's own DSN
-// (user:password@tcp(host:3306)/dbname). The store needs, and sets,
+// (mysql://user:password@host:3306/dbname?tls=true) or the driver's own DSN
+// (user:password@tcp(host:3306)/dbname). The query parameters of a
+// mysql:// URL are github.com/go-sql-driver/mysql's, plus these, which read
+// secrets from files so that they appear neither in the URL nor in the
+// process list: password_file (the password, trailing newline dropped),
+// tls_ca (PEM CAs to verify the server with; implies TLS), tls_cert and
+// tls_key (a client certificate and its key, for mutual TLS), and
+// tls_server_name (the name to verify, default the host). The store needs, and sets,
 // parseTime=true and loc=UTC, and sets interpolateParams=true (one round
 // trip per statement instead of three) unless the URL sets it.
 func ParseURL(dsn string) (*mysql.Config, error) {
@@ -70,6 +80,12 @@ func ParseURL(dsn string) (*mysql.Config, error) {
 			}
 			return nil, fmt.Errorf("mysql: the store URL does not parse (want mysql://user:password@host:3306/dbname): %w", err)
 		}
+		q := u.Query()
+		files, err := takeFileParams(q)
+		if err != nil {
+			return nil, err
+		}
+		u.RawQuery = q.Encode()
 		host := u.Host
 		if host == "" {
 			host = "127.0.0.1:3306"
@@ -83,6 +99,9 @@ func ParseURL(dsn string) (*mysql.Config, error) {
 		if u.User != nil {
 			cfg.User = u.User.Username()
 			cfg.Passwd, _ = u.User.Password()
+		}
+		if err := files.apply(cfg); err != nil {
+			return nil, err
 		}
 		if !u.Query().Has("interpolateParams") {
 			cfg.InterpolateParams = true
@@ -301,3 +320,67 @@ func fromNull(t sql.NullTime) time.Time {
 
 // micros is d in whole microseconds, for INTERVAL … MICROSECOND.
 func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// fileParams are the store URL parameters that name files.
+type fileParams struct {
+	passwordFile, ca, cert, key, serverName string
+}
+
+// takeFileParams removes the file parameters from q.
+func takeFileParams(q url.Values) (fileParams, error) {
+	var f fileParams
+	for _, p := range []struct {
+		name string
+		dst  *string
+	}{{"password_file", &f.passwordFile}, {"tls_ca", &f.ca}, {"tls_cert", &f.cert}, {"tls_key", &f.key}, {"tls_server_name", &f.serverName}} {
+		if vs, ok := q[p.name]; ok {
+			if len(vs) != 1 || vs[0] == "" {
+				return f, fmt.Errorf("mysql: store URL parameter %s must be given once, with a value", p.name)
+			}
+			*p.dst = vs[0]
+			q.Del(p.name)
+		}
+	}
+	if (f.cert == "") != (f.key == "") {
+		return f, errors.New("mysql: store URL parameters tls_cert and tls_key go together: give both, or neither")
+	}
+	return f, nil
+}
+
+// apply reads the files into cfg.
+func (f fileParams) apply(cfg *mysql.Config) error {
+	if f.passwordFile != "" {
+		b, err := os.ReadFile(f.passwordFile)
+		if err != nil {
+			return fmt.Errorf("mysql: store URL parameter password_file: %w", err)
+		}
+		cfg.Passwd = strings.TrimRight(string(b), "\r\n")
+	}
+	if f.ca == "" && f.cert == "" && f.serverName == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		host = cfg.Addr
+	}
+	tc := &tls.Config{ServerName: cmp.Or(f.serverName, host), MinVersion: tls.VersionTLS12}
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return fmt.Errorf("mysql: store URL parameter tls_ca: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("mysql: store URL parameter tls_ca: %s holds no PEM certificate", f.ca)
+		}
+	}
+	if f.cert != "" {
+		c, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return fmt.Errorf("mysql: store URL parameters tls_cert and tls_key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{c}
+	}
+	cfg.TLS = tc
+	return nil
+}
