@@ -70,4 +70,3 @@ func openMySQL(ctx context.Context, u *url.URL, o StoreOptions) (Store, error) {
 	}
 	return mysqlStore{s}, nil
 }
-
