@@ -117,6 +117,7 @@ func benchRelay(b *testing.B, ordering outbox.Ordering) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		q0, _ := serverLoad(b, st, durableServer(b).PID())
 		b.StartTimer()
 		start := time.Now()
 		if err := r.Start(context.Background()); err != nil {
@@ -127,10 +128,12 @@ func benchRelay(b *testing.B, ordering outbox.Ordering) {
 		}
 		took := time.Since(start)
 		b.StopTimer()
+		q1, _ := serverLoad(b, st, durableServer(b).PID())
 		if err := r.Stop(); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(benchMessages)/took.Seconds(), "msgs/s")
+		b.ReportMetric(float64(q1-q0)/benchMessages, "stmts/msg")
 	}
 }
 

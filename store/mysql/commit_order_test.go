@@ -201,7 +201,8 @@ func TestOpenTransactionHoldsBackLaterRows(t *testing.T) {
 // TestRowBelowCursorIsFoundBySweep: a row that appears below the relay's
 // cursor (a row whose seq was drawn but not yet in the pending index when
 // a fetch read past it; here inserted with an explicit seq) is found by
-// the sweep and published: nothing is lost.
+// the relay's safety-net sweep (every 30 s with a MarkedFetcher) and
+// published: nothing is lost.
 func TestRowBelowCursorIsFoundBySweep(t *testing.T) {
 	t.Parallel()
 	e := newOrderEnv(t)

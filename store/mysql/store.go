@@ -28,6 +28,7 @@ var (
 	_ outbox.Cleaner           = (*Store)(nil)
 	_ outbox.AdminStore        = (*Store)(nil)
 	_ outbox.BacklogReader     = (*Store)(nil)
+	_ outbox.MarkedFetcher     = (*Store)(nil)
 )
 
 // MaxOpenConnsDefault is the connection limit of a database opened by Open:
