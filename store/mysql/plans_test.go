@@ -31,7 +31,7 @@ func TestQueryPlans(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, query, key string
-		args          []any
+		args             []any
 	}{
 		{"settle delete", b.store.q.deleteIn + placeholders(100) + ")", "id_idx", ids},
 		{"settle publish", b.store.q.publishIn + placeholders(100) + ")", "id_idx", ids},
