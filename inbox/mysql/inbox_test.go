@@ -151,7 +151,19 @@ func TestConcurrentDuplicateWaits(t *testing.T) {
 				if waiting > 0 {
 					break
 				}
+				select {
+				case r := <-second:
+					t.Fatalf("the second delivery returned (%v, %v) without waiting for the first", r.processed, r.err)
+				default:
+				}
 				if time.Now().After(deadline) {
+					rows, _ := b.db.QueryContext(ctx, "SELECT id, command, state, info FROM information_schema.processlist")
+					for rows != nil && rows.Next() {
+						var id int
+						var c, st, info sql.NullString
+						rows.Scan(&id, &c, &st, &info)
+						t.Logf("process %d: %s, %s: %s", id, c.String, st.String, info.String)
+					}
 					t.Fatal("the second delivery does not wait for the first")
 				}
 				time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
