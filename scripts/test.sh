@@ -29,6 +29,11 @@ fi
 if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
   apt_install rabbitmq-server
 fi
+# store/mysql and inbox/mysql: MariaDB from the system's binaries
+# (internal/servers/mariadb.go).
+if [ ! -x /usr/sbin/mariadbd ] || [ ! -x /usr/bin/mariadb-install-db ]; then
+  apt_install mariadb-server
+fi
 # promtool alone, extracted from Debian's prometheus package: installing the
 # package would also start a Prometheus server.
 if ! command -v promtool >/dev/null 2>&1 && [ ! -x bin/promtool ]; then

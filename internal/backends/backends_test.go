@@ -42,7 +42,7 @@ func TestOpenStoreRejectsBadURLs(t *testing.T) {
 		want      []string // substrings of the error
 	}{
 		{"empty", "", StoreOptions{}, []string{"--store", "is empty", "accepted schemes:", "postgres"}},
-		{"unknown scheme", "mysql://u:pw@localhost/db", StoreOptions{}, []string{"--store", `unknown scheme "mysql"`, "postgres", "teststore"}},
+		{"unknown scheme", "oracle://u:pw@localhost/db", StoreOptions{}, []string{"--store", `unknown scheme "oracle"`, "postgres", "teststore"}},
 		{"no scheme", "localhost:5432", StoreOptions{}, []string{"--store", `unknown scheme "localhost"`}},
 		{"relative", "just-a-name", StoreOptions{}, []string{"--store", "has no scheme"}},
 		{"bad port", "postgres://u:hunter22@host:port/db", StoreOptions{}, []string{"--store", "not a valid URL", "invalid port"}},

@@ -361,6 +361,10 @@ func SelectFor(store string, patterns []string) ([]string, error) {
 		all, other = other, all
 		kind, otherKind = otherKind, kind
 	}
+	if IsMySQL(store) {
+		all, other = MySQLScenarioNames(), ScenarioNames()
+		kind, otherKind = "MySQL", "PostgreSQL"
+	}
 	var pats []string
 	for _, p := range patterns {
 		for _, q := range strings.Split(p, ",") {

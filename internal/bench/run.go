@@ -154,6 +154,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if IsDynamoDB(o.Store) {
 		return runDynamo(ctx, o, names, messagesDefaulted)
 	}
+	if IsMySQL(o.Store) {
+		return runMySQL(ctx, o, names)
+	}
 	began := time.Now()
 
 	dsn := o.Store

@@ -212,8 +212,8 @@ func (a *app) checkBench(o bench.Options) error {
 		if err := backends.CheckStoreURL(o.Store, backends.StoreOptions{}); err != nil {
 			return err
 		}
-		if s := storeScheme(o.Store); s != "postgres" && s != "postgresql" && s != "dynamodb" {
-			return usagef("%s: the bench runs on postgres:// or dynamodb:// (or, with no --store, a throwaway PostgreSQL); got a %s URL", a.flagRef("store"), s)
+		if s := storeScheme(o.Store); s != "postgres" && s != "postgresql" && s != "dynamodb" && s != "mysql" {
+			return usagef("%s: the bench runs on postgres://, mysql:// or dynamodb:// (or, with no --store, a throwaway PostgreSQL); got a %s URL", a.flagRef("store"), s)
 		}
 	}
 	if o.Broker != "" {

@@ -602,7 +602,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"unknown scheme", nil, []string{"migrate", "--store", "mysql://u:pw@localhost/app"}, []string{"--store", `unknown scheme "mysql"`, "postgres"}},
+		{"unknown scheme", nil, []string{"migrate", "--store", "oracle://u:pw@localhost/app"}, []string{"--store", `unknown scheme "oracle"`, "postgres"}},
 		{"malformed URL", nil, []string{"status", "--store", "postgres://u:hunter22@db:port/app"}, []string{"--store", "not a valid URL"}},
 		{"missing store", nil, []string{"migrate"}, []string{"--store is required", "OUTBOX_STORE"}},
 		{"hostile schema", nil, []string{"migrate", "--store", pg, "--schema", `x"; DROP TABLE users; --`}, []string{"--schema", "use only letters"}},
