@@ -584,8 +584,13 @@ func TestWALGracefulStopRepublishesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered
-	// The second transaction, published and settled, waits behind the
-	// first: 10 messages held (the first transaction's).
+	// Both transactions received, then the second, published and settled,
+	// waits behind the first: 10 messages held (the first transaction's;
+	// without the Sync, the 10 held could be the first alone, before the
+	// second arrived).
+	if err := b.store.Sync(b.ctx); err != nil {
+		t.Fatal(err)
+	}
 	relaytest.WaitFor(t, "the later transaction settled", time.Minute, func() bool { return b.store.Stats().Buffered == 10 })
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.Stop() }()
