@@ -110,8 +110,9 @@ type Options struct {
 	// that many Publish calls are on the wire at once; others wait for a
 	// connection within their deadline.
 	PoolSize int
-	// ClientName is the name the server shows in CLIENT LIST (default
-	// "outbox-relay").
+	// ClientName, if set, is the name the server shows in CLIENT LIST
+	// (CLIENT SETNAME: an ACL user then needs +client|setname too).
+	// Default: none.
 	ClientName string
 	// Logger receives the publisher's warnings. Default: discard.
 	Logger *slog.Logger
@@ -126,7 +127,6 @@ func (o Options) WithDefaults() Options {
 	o.PublishTimeout = cmp.Or(o.PublishTimeout, PublishTimeoutDefault)
 	o.DialTimeout = cmp.Or(o.DialTimeout, DialTimeoutDefault)
 	o.PoolSize = cmp.Or(o.PoolSize, PoolSizeDefault)
-	o.ClientName = cmp.Or(o.ClientName, "outbox-relay")
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
