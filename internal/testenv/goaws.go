@@ -1,0 +1,194 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Admiral-Piett/goaws/app"
+	"github.com/Admiral-Piett/goaws/app/router"
+	"github.com/sirupsen/logrus"
+
+	"github.com/outboxrelay/outbox/internal/servers"
+)
+
+// GoAWSRegion and GoAWSAccount are the region and account of the goaws
+// server; it accepts any credentials.
+const (
+	GoAWSRegion  = "us-east-1"
+	GoAWSAccount = "100010001000"
+)
+
+// GoAWS is goaws (github.com/Admiral-Piett/goaws v0.4.5), an SQS and SNS
+// server written in Go, served from inside the test process on 127.0.0.1.
+//
+// goaws keeps its queues and topics in process-wide variables, so there
+// is one server per test process ([GoAWSServer]); tests isolate themselves
+// with queue and topic names of their own ([Name]). Pause and Resume stop
+// and start its listener on the same port, keeping what it stored, like a
+// broker restart. goaws does not lock all its state for each request
+// (a data race under -race), so the server here takes its requests one at
+// a time, as SQS would order them anyway.
+//
+// What goaws v0.4.5 does and does not implement, for the SDK's query
+// protocol (it has no JSON protocol: clients need sqs.QueryProtocol):
+//
+//   - SQS: CreateQueue (FIFO by the .fifo suffix), GetQueueUrl,
+//     GetQueueAttributes, SendMessage (with message attributes, group and
+//     de-duplication IDs), SendMessageBatch (group and de-duplication IDs,
+//     but NOT message attributes: goaws drops them), DeleteQueue,
+//     PurgeQueue, ReceiveMessage. No IAM (every request is allowed), no
+//     throttling, no per-entry failures in SendMessageBatch, no size limit
+//     in SendMessageBatch. FIFO de-duplication by MessageDeduplicationId is
+//     on (EnableDuplicates), without expiry.
+//   - SNS: CreateTopic, DeleteTopic, Subscribe (SQS queues), Publish; NOT
+//     PublishBatch.
+type GoAWS struct {
+	addr string
+
+	mu     sync.Mutex // one request at a time; also guards srv
+	srv    *http.Server
+	paused bool
+}
+
+// Endpoint returns the server's URL, http://127.0.0.1:PORT.
+func (g *GoAWS) Endpoint() string { return "http://" + g.addr }
+
+// QueueURL returns the URL of the queue called name.
+func (g *GoAWS) QueueURL(name string) string { return g.Endpoint() + "/" + GoAWSAccount + "/" + name }
+
+// GoAWSMessage is a message stored in a goaws queue.
+type GoAWSMessage struct {
+	Body                     string
+	Attributes               map[string]string // message attributes: name → value
+	GroupID, DeduplicationID string
+}
+
+// Messages returns the messages stored in queue, in the order it stored
+// them (its delivery order), from the index from on; ok is false when the
+// queue does not exist.
+func (g *GoAWS) Messages(queue string, from int) (msgs []GoAWSMessage, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	app.SyncQueues.RLock()
+	defer app.SyncQueues.RUnlock()
+	q, ok := app.SyncQueues.Queues[queue]
+	if !ok {
+		return nil, false
+	}
+	for i := from; i < len(q.Messages); i++ {
+		m := q.Messages[i]
+		gm := GoAWSMessage{Body: string(m.MessageBody), GroupID: m.GroupID, DeduplicationID: m.DeduplicationID, Attributes: map[string]string{}}
+		for name, a := range m.MessageAttributes {
+			gm.Attributes[name] = a.Value
+		}
+		msgs = append(msgs, gm)
+	}
+	return msgs, true
+}
+
+// Pause closes the listener and every connection: clients see the server
+// gone. What it stored stays, for Resume.
+func (g *GoAWS) Pause() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused {
+		return errors.New("testenv: goaws: paused already")
+	}
+	g.paused = true
+	return g.srv.Close()
+}
+
+// Resume listens again on the same port.
+func (g *GoAWS) Resume() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.paused {
+		return errors.New("testenv: goaws: running already")
+	}
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = g.listen(); err == nil {
+			g.paused = false
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond) // the port may linger a moment: retry the bind
+	}
+	return err
+}
+
+// listen starts serving on g.addr; g.mu is held.
+func (g *GoAWS) listen() error {
+	l, err := net.Listen("tcp", g.addr)
+	if err != nil {
+		return fmt.Errorf("testenv: goaws: listen on %s: %w", g.addr, err)
+	}
+	h := router.New()
+	g.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			h.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go g.srv.Serve(l)
+	return nil
+}
+
+func (g *GoAWS) stop() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused {
+		return nil
+	}
+	g.paused = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil {
+		return g.srv.Close()
+	}
+	return nil
+}
+
+var sharedGoAWS lazy[*GoAWS]
+
+// GoAWSServer returns the test process's goaws server, started on first
+// use and stopped by Main. Clients use [GoAWSRegion], any credentials, and
+// the query protocol.
+func GoAWSServer(t testing.TB) *GoAWS {
+	t.Helper()
+	requireMain(t)
+	g, err := sharedGoAWS.get(func() (*GoAWS, error) {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		logrus.SetOutput(io.Discard) // goaws logs every message at info level
+		app.CurrentEnvironment.Host = "127.0.0.1"
+		app.CurrentEnvironment.Port = strconv.Itoa(port)
+		app.CurrentEnvironment.Region = GoAWSRegion
+		app.CurrentEnvironment.AccountID = GoAWSAccount
+		app.CurrentEnvironment.EnableDuplicates = true
+		g := &GoAWS{addr: "127.0.0.1:" + strconv.Itoa(port)}
+		g.mu.Lock()
+		err = g.listen()
+		g.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		servers.AtExit("goaws", g.stop)
+		return g, nil
+	})
+	if err != nil {
+		t.Fatalf("testenv: goaws: %v", err)
+	}
+	return g
+}
