@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/outboxrelay/outbox/broker/internal/awsmsg"
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 )
 
@@ -42,7 +43,7 @@ const (
 	MaxConcurrentRequestsMax = 1024
 
 	// MaxAttributes is the most message attributes SQS takes per message.
-	MaxAttributes = 10
+	MaxAttributes = awsmsg.MaxAttributes
 
 	// queueCacheTTL is how long a queue URL found with GetQueueUrl is used
 	// without asking again.
@@ -53,21 +54,21 @@ const (
 const (
 	// AttrID carries Message.ID (also the MessageDeduplicationId of a FIFO
 	// queue).
-	AttrID = "Outbox-Id"
+	AttrID = awsmsg.AttrID
 	// AttrKey carries Message.Key (when not empty; also the
 	// MessageGroupId of a FIFO queue, see GroupID).
-	AttrKey = "Outbox-Key"
+	AttrKey = awsmsg.AttrKey
 	// AttrCreatedAt carries Message.CreatedAt, RFC 3339 with nanoseconds,
 	// UTC (when not zero).
-	AttrCreatedAt = "Outbox-Created-At"
+	AttrCreatedAt = awsmsg.AttrCreatedAt
 	// AttrEncoding is set when the body is not the payload as is:
-	// "base64" (the payload is not text SQS accepts: see EncodeBody) or
-	// "empty" (an empty payload; SQS needs a body of at least one
-	// character, so the body is "-").
-	AttrEncoding = "Outbox-Encoding"
+	// "base64" (the payload is not text SQS accepts) or "empty" (an empty
+	// payload; SQS needs a body of at least one character, so the body is
+	// "-").
+	AttrEncoding = awsmsg.AttrEncoding
 	// AttrHeaders carries all the message's headers as one JSON object,
 	// when they do not fit as attributes of their own (see Publisher).
-	AttrHeaders = "Outbox-Headers"
+	AttrHeaders = awsmsg.AttrHeaders
 )
 
 // Options configures a [Publisher]. Every field has a default; AWS

@@ -2,17 +2,12 @@ package sqs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -23,6 +18,7 @@ import (
 	"github.com/aws/smithy-go/transport/http/protocol/awsquery"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/broker/internal/awsmsg"
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
 )
 
@@ -246,57 +242,22 @@ func (p *Publisher) forget(queue string) {
 
 // entry builds the SQS message of m.
 func (p *Publisher) entry(i int, m *outbox.Message, queue, url string) (*entry, error) {
-	e := &entry{index: i, queue: queue, url: url, fifo: strings.HasSuffix(queue, ".fifo")}
-	attrs := map[string]types.MessageAttributeValue{}
-	put := func(name, value string) {
-		attrs[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(value)}
-		e.size += len(name) + len("String") + len(value)
+	am, err := awsmsg.Encode(m)
+	if err != nil {
+		return nil, fmt.Errorf("sqs: queue %q: %w", queue, err)
 	}
-	put(AttrID, m.ID)
-	if m.Key != "" {
-		if !validText(m.Key) {
-			return nil, fmt.Errorf("sqs: queue %q: message %s: the key holds characters SQS refuses in an attribute (invalid UTF-8 or control characters other than tab, CR and LF)", queue, m.ID)
-		}
-		put(AttrKey, m.Key)
-	}
-	if !m.CreatedAt.IsZero() {
-		put(AttrCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-	}
-	body := string(m.Payload)
-	switch {
-	case len(m.Payload) == 0:
-		body = "-"
-		put(AttrEncoding, "empty")
-	case !validText(body):
-		body = base64.StdEncoding.EncodeToString(m.Payload)
-		put(AttrEncoding, "base64")
-	}
-	e.size += len(body)
-	if len(m.Headers) > 0 {
-		if headersFit(m.Headers, MaxAttributes-len(attrs)) {
-			for k, v := range m.Headers {
-				put(k, v)
-			}
-		} else {
-			for k, v := range m.Headers {
-				if !utf8.ValidString(v) || !utf8.ValidString(k) {
-					return nil, fmt.Errorf("sqs: queue %q: message %s: header %q is not valid UTF-8, which JSON cannot carry", queue, m.ID, k)
-				}
-			}
-			b, err := json.Marshal(m.Headers)
-			if err != nil {
-				return nil, fmt.Errorf("sqs: queue %q: message %s: headers: %w", queue, m.ID, err)
-			}
-			put(AttrHeaders, string(b))
-		}
-	}
-	if e.size > p.opts.MaxMessageBytes {
+	if am.Size > p.opts.MaxMessageBytes {
 		return nil, fmt.Errorf("sqs: queue %q: message %s is %d bytes with its attributes (payload %d), over MaxMessageBytes (%d; SQS allows 256 KiB, or up to 1 MiB where the queue's MaximumMessageSize is raised): shrink it",
-			queue, m.ID, e.size, len(m.Payload), p.opts.MaxMessageBytes)
+			queue, m.ID, am.Size, len(m.Payload), p.opts.MaxMessageBytes)
 	}
+	attrs := make(map[string]types.MessageAttributeValue, len(am.Attrs))
+	for k, v := range am.Attrs {
+		attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	e := &entry{index: i, queue: queue, url: url, fifo: strings.HasSuffix(queue, ".fifo"), size: am.Size}
 	e.input = types.SendMessageBatchRequestEntry{
 		Id:                aws.String(strconv.Itoa(i)),
-		MessageBody:       aws.String(body),
+		MessageBody:       aws.String(am.Body),
 		MessageAttributes: attrs,
 	}
 	if e.fifo {
@@ -311,70 +272,7 @@ func (p *Publisher) entry(i int, m *outbox.Message, queue, url string) (*entry, 
 // characters without space), else "outbox-sha256-" and the hex SHA-256 of
 // the key (so one key is always one group); a message without key gets
 // its own group (its ID): no order, as the outbox promises none for it.
-func GroupID(key, id string) string {
-	if key == "" {
-		return id
-	}
-	if len(key) <= 128 {
-		ok := true
-		for i := 0; i < len(key) && ok; i++ {
-			ok = key[i] > ' ' && key[i] < 0x7f
-		}
-		if ok {
-			return key
-		}
-	}
-	sum := sha256.Sum256([]byte(key))
-	return "outbox-sha256-" + hex.EncodeToString(sum[:])
-}
-
-// validText reports whether s is text SQS accepts in a body or attribute:
-// UTF-8 of #x9, #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD and #x10000 to
-// #x10FFFF.
-func validText(s string) bool {
-	for _, r := range s {
-		switch {
-		case r == utf8.RuneError:
-			return false // invalid UTF-8 (a real U+FFFD is rejected too: rare, and safe)
-		case r == 0x9, r == 0xA, r == 0xD:
-		case r >= 0x20 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// headersFit reports whether headers can travel as attributes of their
-// own, in at most room attributes.
-func headersFit(headers map[string]string, room int) bool {
-	if len(headers) > room {
-		return false
-	}
-	for k, v := range headers {
-		if v == "" || !validText(v) || !validAttrName(k) {
-			return false
-		}
-	}
-	return true
-}
-
-// validAttrName reports whether SQS accepts name as a message attribute
-// name and it is not one of the publisher's.
-func validAttrName(name string) bool {
-	lower := strings.ToLower(name)
-	if name == "" || len(name) > 256 || strings.HasPrefix(lower, "aws.") || strings.HasPrefix(lower, "amazon.") ||
-		strings.HasPrefix(lower, "outbox-") || name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
+func GroupID(key, id string) string { return awsmsg.GroupID(key, id) }
 
 // send sends the entries in requests of up to BatchEntries entries and
 // MaxMessageBytes, grouped by queue in msgs order, at most
@@ -456,42 +354,13 @@ func (p *Publisher) sendChunk(ctx context.Context, msgs []*outbox.Message, chunk
 func (p *Publisher) entryError(m *outbox.Message, queue string, f types.BatchResultErrorEntry) error {
 	code := aws.ToString(f.Code)
 	err := fmt.Errorf("sqs: queue %q: message %s: %s: %s", queue, m.ID, code, aws.ToString(f.Message))
-	switch kind := codeKind(code); {
+	switch kind := awsmsg.BlockedKind(code); {
 	case kind != "":
 		return outbox.Blocked(m.Topic, fmt.Errorf("%s: %w", kind, err))
 	case f.SenderFault:
 		return outbox.Permanent(fmt.Errorf("SQS refuses the message as invalid: %w", err))
 	}
 	return err
-}
-
-// codeKind says why an error code blocks the destination, or "" when it
-// does not.
-func codeKind(code string) string {
-	switch {
-	case code == "QueueDoesNotExist" || code == "AWS.SimpleQueueService.NonExistentQueue":
-		return "the queue does not exist: create it"
-	case strings.HasPrefix(code, "AccessDenied") || code == "AuthorizationError" || strings.HasPrefix(code, "KMS.") && code != "KMS.ThrottlingException" ||
-		code == "KmsAccessDenied" || code == "KmsDisabled" || code == "KmsNotFound" || code == "KmsInvalidState" || code == "KmsInvalidKeyUsage" || code == "KmsOptInRequired":
-		return "access denied: grant sqs:SendMessage on the queue (and kms:GenerateDataKey and kms:Decrypt on its key, if encrypted)"
-	case code == "InvalidClientTokenId" || code == "SignatureDoesNotMatch" || code == "UnrecognizedClientException" ||
-		code == "ExpiredToken" || code == "MissingAuthenticationToken" || code == "InvalidSecurity" || code == "IncompleteSignature":
-		return "SQS refuses the credentials"
-	case code == "RequestThrottled" || code == "ThrottlingException" || code == "Throttling" || code == "OverLimit" ||
-		code == "KmsThrottled" || code == "KMS.ThrottlingException":
-		return "throttled"
-	case code == "ServiceUnavailable" || code == "AWS.SimpleQueueService.QueueDeletedRecently" || code == "QueueDeletedRecently":
-		return "SQS is unavailable for the queue"
-	}
-	return ""
-}
-
-// invalidCodes are request errors that mean the request's messages are
-// invalid.
-var invalidCodes = map[string]bool{
-	"InvalidMessageContents": true, "MessageTooLong": true, "InvalidParameterValue": true, "InvalidAttributeName": true,
-	"InvalidAttributeValue": true, "BatchRequestTooLong": true, "InvalidBatchEntryId": true, "MissingParameter": true,
-	"AWS.SimpleQueueService.InvalidBatchEntryId": true, "AWS.SimpleQueueService.BatchRequestTooLong": true,
 }
 
 // classify wraps err, the failure of a request to queue carrying a message
@@ -505,13 +374,13 @@ func (p *Publisher) classify(ctx context.Context, topic, queue string, err error
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		code := ae.ErrorCode()
-		if kind := codeKind(code); kind != "" {
-			if strings.HasPrefix(kind, "the queue does not exist") {
+		if kind := awsmsg.BlockedKind(code); kind != "" {
+			if kind == awsmsg.Missing {
 				p.forget(queue)
 			}
 			return outbox.Blocked(topic, fmt.Errorf("%s: %w", kind, err))
 		}
-		if invalidCodes[code] && single {
+		if awsmsg.InvalidCodes[code] && single {
 			return outbox.Permanent(fmt.Errorf("SQS refuses the message as invalid: %w", err))
 		}
 		return err
@@ -523,8 +392,9 @@ func (p *Publisher) classify(ctx context.Context, topic, queue string, err error
 		return fmt.Errorf("not answered (the message may be stored): %w (%w)", context.Cause(ctx), err)
 	}
 	var send *smithyhttp.RequestSendError
-	if errors.As(err, &send) {
-		return outbox.Blocked(topic, fmt.Errorf("SQS is unreachable (the message may be stored): %w", err))
+	var deser *smithy.DeserializationError
+	if errors.As(err, &send) || errors.As(err, &deser) {
+		return outbox.Blocked(topic, fmt.Errorf("SQS is unreachable, or its answer was lost (the message may be stored): %w", err))
 	}
 	return err
 }

@@ -39,9 +39,7 @@ func TestMistakeSQSQueueDeletedAndRecreated(t *testing.T) {
 	}
 	create()
 	e := setupWith(t, 8, func(t *testing.T) *target { return &target{name: "sqs"} })
-	// One message per request: goaws drops the attributes (the outbox ID)
-	// of SendMessageBatch entries, and the check below reads them.
-	url := "sqs://" + testenv.GoAWSRegion + "?protocol=query&batch_entries=1&queue=" + queue + "&endpoint=" + g.Endpoint()
+	url := "sqs://" + testenv.GoAWSRegion + "?protocol=query&queue=" + queue + "&endpoint=" + g.Endpoint()
 	r := mistakeRelay(t, e, url, 1)
 	before := brokertest.NewChecker()
 	writeSome(t, e, before, "e2e.a", 200, 20)

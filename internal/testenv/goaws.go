@@ -1,13 +1,18 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +48,10 @@ const (
 //   - SQS: CreateQueue (FIFO by the .fifo suffix), GetQueueUrl,
 //     GetQueueAttributes, SendMessage (with message attributes, group and
 //     de-duplication IDs), SendMessageBatch (group and de-duplication IDs,
-//     but NOT message attributes: goaws drops them), DeleteQueue,
+//     but NOT message attributes: goaws drops them; the server here
+//     therefore answers SendMessageBatch to an existing queue by running
+//     goaws's SendMessage for each entry, in order, and answering per
+//     entry as SQS does; see sendMessageBatch), DeleteQueue,
 //     PurgeQueue, ReceiveMessage. No IAM (every request is allowed), no
 //     throttling, no per-entry failures in SendMessageBatch, no size limit
 //     in SendMessageBatch. FIFO de-duplication by MessageDeduplicationId is
@@ -133,9 +141,25 @@ func (g *GoAWS) listen() error {
 	h := router.New()
 	g.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Read the request and buffer the answer outside the lock, so
+			// that requests wait for each other only while goaws works.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			rec := httptest.NewRecorder()
 			g.mu.Lock()
-			defer g.mu.Unlock()
-			h.ServeHTTP(w, r)
+			if !g.sendMessageBatch(h, rec, r, body) {
+				h.ServeHTTP(rec, r)
+			}
+			g.mu.Unlock()
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -191,4 +215,86 @@ func GoAWSServer(t testing.TB) *GoAWS {
 		t.Fatalf("testenv: goaws: %v", err)
 	}
 	return g
+}
+
+// batchEntryPrefix starts the form keys of SendMessageBatch's entries.
+const batchEntryPrefix = "SendMessageBatchRequestEntry."
+
+// sendMessageBatch answers a SendMessageBatch request to an existing
+// queue by running goaws's SendMessage for each entry, in order, and
+// reports whether it did (otherwise goaws's own handler answers: a
+// missing queue, a malformed batch). goaws v0.4.5's SendMessageBatch
+// drops the entries' message attributes; its SendMessage keeps them. The
+// answer has SQS's per-entry form: each entry succeeded or failed (with
+// goaws's error code, as a sender fault). g.mu is held.
+func (g *GoAWS) sendMessageBatch(h http.Handler, w http.ResponseWriter, r *http.Request, body []byte) bool {
+	form, err := url.ParseQuery(string(body))
+	if err != nil || form.Get("Action") != "SendMessageBatch" {
+		return false
+	}
+	queueURL := form.Get("QueueUrl")
+	queue := queueURL[strings.LastIndex(queueURL, "/")+1:]
+	app.SyncQueues.RLock()
+	_, exists := app.SyncQueues.Queues[queue]
+	app.SyncQueues.RUnlock()
+	entries := map[int]url.Values{}
+	for k, v := range form {
+		rest, ok := strings.CutPrefix(k, batchEntryPrefix)
+		if !ok {
+			continue
+		}
+		num, field, ok := strings.Cut(rest, ".")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil || n < 1 {
+			return false
+		}
+		if entries[n] == nil {
+			entries[n] = url.Values{}
+		}
+		entries[n][field] = v
+	}
+	ids := map[string]bool{}
+	for n := 1; n <= len(entries); n++ {
+		e := entries[n]
+		if e == nil || ids[e.Get("Id")] {
+			return false
+		}
+		ids[e.Get("Id")] = true
+	}
+	if !exists || len(entries) == 0 || len(entries) > 10 {
+		return false
+	}
+	var result app.SendMessageBatchResult
+	for n := 1; n <= len(entries); n++ {
+		e := entries[n]
+		id := e.Get("Id")
+		e.Del("Id")
+		e.Set("Action", "SendMessage")
+		e.Set("QueueUrl", queueURL)
+		e.Set("Version", form.Get("Version"))
+		req := httptest.NewRequest(http.MethodPost, r.URL.String(), strings.NewReader(e.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code == http.StatusOK {
+			var ok app.SendMessageResponse
+			if err := xml.Unmarshal(rec.Body.Bytes(), &ok); err == nil {
+				result.Entry = append(result.Entry, app.SendMessageBatchResultEntry{
+					Id: id, MessageId: ok.Result.MessageId, MD5OfMessageBody: ok.Result.MD5OfMessageBody,
+					MD5OfMessageAttributes: ok.Result.MD5OfMessageAttributes, SequenceNumber: ok.Result.SequenceNumber,
+				})
+				continue
+			}
+		}
+		var failed app.ErrorResponse
+		_ = xml.Unmarshal(rec.Body.Bytes(), &failed)
+		result.Error = append(result.Error, app.BatchResultErrorEntry{Id: id, Code: failed.Result.Code, Message: failed.Result.Message, SenderFault: true})
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	_ = xml.NewEncoder(w).Encode(app.SendMessageBatchResponse{
+		Xmlns:    "http://queue.amazonaws.com/doc/2012-11-05/",
+		Result:   result,
+		Metadata: app.ResponseMetadata{RequestId: "00000000-0000-0000-0000-000000000000"},
+	})
+	return true
 }
