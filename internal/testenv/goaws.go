@@ -56,8 +56,10 @@ const (
 //     throttling, no per-entry failures in SendMessageBatch, no size limit
 //     in SendMessageBatch. FIFO de-duplication by MessageDeduplicationId is
 //     on (EnableDuplicates), without expiry.
-//   - SNS: CreateTopic, DeleteTopic, Subscribe (SQS queues), Publish; NOT
-//     PublishBatch.
+//   - SNS: CreateTopic, DeleteTopic, Subscribe (SQS queues), Publish (no
+//     FIFO topics: MessageGroupId and MessageDeduplicationId are ignored);
+//     NOT PublishBatch, which the server here answers by running goaws's
+//     Publish for each entry (see publishBatch).
 type GoAWS struct {
 	addr string
 
@@ -151,7 +153,8 @@ func (g *GoAWS) listen() error {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			rec := httptest.NewRecorder()
 			g.mu.Lock()
-			if !g.sendMessageBatch(h, rec, r, body) {
+			form, _ := url.ParseQuery(string(body))
+			if !g.sendMessageBatch(h, rec, r, form) && !g.publishBatch(h, rec, r, form) {
 				h.ServeHTTP(rec, r)
 			}
 			g.mu.Unlock()
@@ -227,9 +230,8 @@ const batchEntryPrefix = "SendMessageBatchRequestEntry."
 // drops the entries' message attributes; its SendMessage keeps them. The
 // answer has SQS's per-entry form: each entry succeeded or failed (with
 // goaws's error code, as a sender fault). g.mu is held.
-func (g *GoAWS) sendMessageBatch(h http.Handler, w http.ResponseWriter, r *http.Request, body []byte) bool {
-	form, err := url.ParseQuery(string(body))
-	if err != nil || form.Get("Action") != "SendMessageBatch" {
+func (g *GoAWS) sendMessageBatch(h http.Handler, w http.ResponseWriter, r *http.Request, form url.Values) bool {
+	if form.Get("Action") != "SendMessageBatch" {
 		return false
 	}
 	queueURL := form.Get("QueueUrl")
@@ -237,45 +239,18 @@ func (g *GoAWS) sendMessageBatch(h http.Handler, w http.ResponseWriter, r *http.
 	app.SyncQueues.RLock()
 	_, exists := app.SyncQueues.Queues[queue]
 	app.SyncQueues.RUnlock()
-	entries := map[int]url.Values{}
-	for k, v := range form {
-		rest, ok := strings.CutPrefix(k, batchEntryPrefix)
-		if !ok {
-			continue
-		}
-		num, field, ok := strings.Cut(rest, ".")
-		n, err := strconv.Atoi(num)
-		if !ok || err != nil || n < 1 {
-			return false
-		}
-		if entries[n] == nil {
-			entries[n] = url.Values{}
-		}
-		entries[n][field] = v
-	}
-	ids := map[string]bool{}
-	for n := 1; n <= len(entries); n++ {
-		e := entries[n]
-		if e == nil || ids[e.Get("Id")] {
-			return false
-		}
-		ids[e.Get("Id")] = true
-	}
-	if !exists || len(entries) == 0 || len(entries) > 10 {
+	entries := batchEntries(form, batchEntryPrefix)
+	if !exists || entries == nil {
 		return false
 	}
 	var result app.SendMessageBatchResult
-	for n := 1; n <= len(entries); n++ {
-		e := entries[n]
+	for _, e := range entries {
 		id := e.Get("Id")
 		e.Del("Id")
 		e.Set("Action", "SendMessage")
 		e.Set("QueueUrl", queueURL)
 		e.Set("Version", form.Get("Version"))
-		req := httptest.NewRequest(http.MethodPost, r.URL.String(), strings.NewReader(e.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		rec := serveForm(h, r, e)
 		if rec.Code == http.StatusOK {
 			var ok app.SendMessageResponse
 			if err := xml.Unmarshal(rec.Body.Bytes(), &ok); err == nil {
@@ -297,4 +272,106 @@ func (g *GoAWS) sendMessageBatch(h http.Handler, w http.ResponseWriter, r *http.
 		Metadata: app.ResponseMetadata{RequestId: "00000000-0000-0000-0000-000000000000"},
 	})
 	return true
+}
+
+// batchEntries splits the entries of a batch request's form, whose keys
+// start with prefix and the entry's number ("SendMessageBatchRequestEntry.1.Id"),
+// into one form per entry, in order; nil for no entries, more than 10,
+// gaps or repeated Ids.
+func batchEntries(form url.Values, prefix string) []url.Values {
+	byNum := map[int]url.Values{}
+	for k, v := range form {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		num, field, ok := strings.Cut(rest, ".")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil || n < 1 {
+			return nil
+		}
+		if byNum[n] == nil {
+			byNum[n] = url.Values{}
+		}
+		byNum[n][field] = v
+	}
+	if len(byNum) == 0 || len(byNum) > 10 {
+		return nil
+	}
+	entries := make([]url.Values, 0, len(byNum))
+	ids := map[string]bool{}
+	for n := 1; n <= len(byNum); n++ {
+		e := byNum[n]
+		if e == nil || ids[e.Get("Id")] {
+			return nil
+		}
+		ids[e.Get("Id")] = true
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+// serveForm runs h on a POST of form and returns the answer.
+func serveForm(h http.Handler, r *http.Request, form url.Values) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, r.URL.String(), strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// publishBatch answers an SNS PublishBatch request, which goaws v0.4.5
+// does not implement, by running goaws's Publish for each entry, in order,
+// with SNS's per-entry answer, and reports whether it did. A missing topic
+// gets goaws's own answer to a Publish (NonExistentTopic) for the whole
+// request, as SNS answers NotFound. g.mu is held.
+func (g *GoAWS) publishBatch(h http.Handler, w http.ResponseWriter, r *http.Request, form url.Values) bool {
+	if form.Get("Action") != "PublishBatch" {
+		return false
+	}
+	entries := batchEntries(form, "PublishBatchRequestEntries.member.")
+	if entries == nil {
+		return false
+	}
+	arn := form.Get("TopicArn")
+	app.SyncTopics.RLock()
+	_, exists := app.SyncTopics.Topics[arn[strings.LastIndex(arn, ":")+1:]]
+	app.SyncTopics.RUnlock()
+	publish := func(e url.Values) *httptest.ResponseRecorder {
+		e.Set("Action", "Publish")
+		e.Set("TopicArn", arn)
+		e.Set("Version", form.Get("Version"))
+		return serveForm(h, r, e)
+	}
+	if !exists {
+		rec := publish(entries[0])
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return true
+	}
+	var ok, failed strings.Builder
+	for _, e := range entries {
+		id := e.Get("Id")
+		e.Del("Id")
+		rec := publish(e)
+		if rec.Code == http.StatusOK {
+			var res app.PublishResponse
+			_ = xml.Unmarshal(rec.Body.Bytes(), &res)
+			fmt.Fprintf(&ok, "<member><Id>%s</Id><MessageId>%s</MessageId></member>", xmlText(id), xmlText(res.Result.MessageId))
+			continue
+		}
+		var res app.ErrorResponse
+		_ = xml.Unmarshal(rec.Body.Bytes(), &res)
+		fmt.Fprintf(&failed, "<member><Id>%s</Id><Code>%s</Code><Message>%s</Message><SenderFault>true</SenderFault></member>", xmlText(id), xmlText(res.Result.Code), xmlText(res.Result.Message))
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	fmt.Fprintf(w, `<PublishBatchResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/"><PublishBatchResult><Successful>%s</Successful><Failed>%s</Failed></PublishBatchResult><ResponseMetadata><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ResponseMetadata></PublishBatchResponse>`, ok.String(), failed.String())
+	return true
+}
+
+// xmlText escapes s for XML character data.
+func xmlText(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
 }
