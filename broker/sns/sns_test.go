@@ -75,15 +75,15 @@ func (r *reader) read(t testing.TB, n int) []testenv.GoAWSMessage {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		msgs, _ := r.g.Messages(r.queue, r.next)
-		if len(msgs) >= n {
+		if _, stored, _ := r.g.Messages(r.queue, r.next, 0); stored >= n {
+			msgs, _, _ := r.g.Messages(r.queue, r.next, n)
 			r.next += n
-			return msgs[:n]
+			return msgs
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("read %d of %d messages of queue %s", len(msgs), n, r.queue)
+			t.Fatalf("fewer than %d messages in queue %s", n, r.queue)
 		}
-		time.Sleep(10 * time.Millisecond) // polling the queue
+		time.Sleep(20 * time.Millisecond) // polling the queue
 	}
 }
 

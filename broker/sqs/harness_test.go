@@ -93,15 +93,15 @@ func (r *reader) read(t testing.TB, n int) []testenv.GoAWSMessage {
 	t.Helper()
 	deadline := time.Now().Add(readTimeout)
 	for {
-		msgs, _ := r.g.Messages(r.queue, r.next)
-		if len(msgs) >= n {
+		if _, stored, _ := r.g.Messages(r.queue, r.next, 0); stored >= n {
+			msgs, _, _ := r.g.Messages(r.queue, r.next, n)
 			r.next += n
-			return msgs[:n]
+			return msgs
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("read %d of %d messages of queue %s within %v", len(msgs), n, r.queue, readTimeout)
+			t.Fatalf("fewer than %d messages in queue %s within %v", n, r.queue, readTimeout)
 		}
-		time.Sleep(10 * time.Millisecond) // polling the queue
+		time.Sleep(20 * time.Millisecond) // polling the queue
 	}
 }
 

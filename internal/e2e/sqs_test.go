@@ -55,7 +55,7 @@ func TestMistakeSQSQueueDeletedAndRecreated(t *testing.T) {
 	create()
 	waitFor(t, "the outbox to drain after the queue came back", time.Minute, func() bool { return outstanding(t, e) == 0 })
 	verify(t, &env{target: &target{name: "sqs", read: func(t *testing.T, ch *brokertest.Checker) int {
-		msgs, ok := g.Messages(queue, 0)
+		msgs, _, ok := g.Messages(queue, 0, -1)
 		if !ok {
 			t.Fatalf("queue %s is gone", queue)
 		}

@@ -81,19 +81,22 @@ type GoAWSMessage struct {
 	GroupID, DeduplicationID string
 }
 
-// Messages returns the messages stored in queue, in the order it stored
-// them (its delivery order), from the index from on; ok is false when the
-// queue does not exist.
-func (g *GoAWS) Messages(queue string, from int) (msgs []GoAWSMessage, ok bool) {
+// Messages returns up to limit messages (all when limit < 0) stored in queue,
+// in the order it stored them (its delivery order), from the index from
+// on, and how many it holds from there; ok is false when the queue does
+// not exist. It holds the server for as long as it copies: callers that
+// poll ask only for what they need.
+func (g *GoAWS) Messages(queue string, from, limit int) (msgs []GoAWSMessage, stored int, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	app.SyncQueues.RLock()
 	defer app.SyncQueues.RUnlock()
 	q, ok := app.SyncQueues.Queues[queue]
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
-	for i := from; i < len(q.Messages); i++ {
+	stored = max(0, len(q.Messages)-from)
+	for i := from; i < len(q.Messages) && (limit < 0 || i < from+limit); i++ {
 		m := q.Messages[i]
 		gm := GoAWSMessage{Body: string(m.MessageBody), GroupID: m.GroupID, DeduplicationID: m.DeduplicationID, Attributes: map[string]string{}}
 		for name, a := range m.MessageAttributes {
@@ -101,7 +104,7 @@ func (g *GoAWS) Messages(queue string, from int) (msgs []GoAWSMessage, ok bool) 
 		}
 		msgs = append(msgs, gm)
 	}
-	return msgs, true
+	return msgs, stored, true
 }
 
 // Pause closes the listener and every connection: clients see the server
