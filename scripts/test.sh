@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of the module, installing first what the tests need when
-# it is missing: PostgreSQL 15 server binaries, RabbitMQ, Chromium and
+# it is missing: PostgreSQL 15 server binaries, RabbitMQ, Redis, Chromium and
 # systemd (for systemd-analyze) from Debian's packages, promtool (taken out
 # of Debian's prometheus package into bin/), and dynalite (npm, pinned in
 # package-lock.json).
@@ -33,6 +33,9 @@ fi
 # (internal/servers/mariadb.go).
 if [ ! -x /usr/sbin/mariadbd ] || [ ! -x /usr/bin/mariadb-install-db ]; then
   apt_install mariadb-server
+fi
+if ! command -v redis-server >/dev/null 2>&1; then
+  apt_install redis-server # broker/redis and the e2e tests start their own
 fi
 # promtool alone, extracted from Debian's prometheus package: installing the
 # package would also start a Prometheus server.

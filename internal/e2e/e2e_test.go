@@ -67,6 +67,7 @@ var brokers = []struct {
 	{"nats", natsTarget},
 	{"rabbitmq", rabbitTarget},
 	{"kafka", kafkaTarget},
+	{"redis", redisTarget},
 }
 
 func setup(t *testing.T, partitions int) *env {
