@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of the module, installing first what the tests need when
-# it is missing: PostgreSQL 15 server binaries, RabbitMQ, Redis, Chromium and
+# it is missing: PostgreSQL 15 server binaries, MariaDB, RabbitMQ, Redis, Chromium and
 # systemd (for systemd-analyze) from Debian's packages, promtool (taken out
 # of Debian's prometheus package into bin/), and dynalite (npm, pinned in
 # package-lock.json).
