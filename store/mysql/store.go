@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/localnotify"
 )
 
 // Compile-time checks of the abilities a Store offers.
@@ -55,7 +56,7 @@ type Store struct {
 	q     queries
 
 	partitions atomic.Int64 // P once read; 0 before
-	bc         broadcaster
+	bc         localnotify.Broadcaster
 	closed     atomic.Bool
 }
 
@@ -144,7 +145,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("mysql: %w", err)
 	}
 	s := newStore(nil, opts)
-	s.db = sql.OpenDB(&connector{base: base, notify: s.bc.kick})
+	s.db = sql.OpenDB(&connector{base: base, notify: s.bc.Kick})
 	s.db.SetMaxOpenConns(MaxOpenConnsDefault)
 	s.db.SetMaxIdleConns(MaxOpenConnsDefault)
 	s.db.SetConnMaxIdleTime(5 * time.Minute)
@@ -214,7 +215,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.bc.close()
+	s.bc.Close()
 	if s.dirty != nil {
 		s.dirty.Close()
 	}

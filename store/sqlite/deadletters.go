@@ -158,7 +158,7 @@ func (s *Store) Requeue(ctx context.Context, f outbox.DeadLetterFilter) (int64, 
 		return 0, s.wrap("requeue", err)
 	}
 	if n > 0 {
-		s.bc.kick(nil) // any partition
+		s.bc.Kick(nil) // any partition
 	}
 	return n, nil
 }

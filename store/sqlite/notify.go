@@ -3,165 +3,11 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 
 	"github.com/outboxrelay/outbox"
 )
 
 var _ outbox.PartitionNotifier = (*Store)(nil)
-
-// broadcaster is the in-process notification of new writes. A kick sends
-// a value to every Subscribe channel without blocking, coalesced in a
-// one-slot buffer, and adds the partitions written to every
-// SubscribePartitions subscriber's pending set, coalesced until its
-// callback takes them.
-type broadcaster struct {
-	mu     sync.Mutex
-	subs   map[chan struct{}]func() bool // channel → stop of its context.AfterFunc
-	psubs  map[*partSub]struct{}
-	closed bool
-	done   chan struct{} // closed by close
-}
-
-// partSub is one SubscribePartitions subscriber.
-type partSub struct {
-	mu      sync.Mutex
-	pending map[int]struct{}
-	any     bool          // a write of unknown partitions
-	signal  chan struct{} // one slot: pending is not empty
-}
-
-// kick notifies a write to parts; nil parts means any partition.
-func (b *broadcaster) kick(parts []int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for ch := range b.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	for ps := range b.psubs {
-		ps.add(parts)
-	}
-}
-
-func (ps *partSub) add(parts []int) {
-	ps.mu.Lock()
-	if parts == nil {
-		ps.any = true
-	} else if !ps.any {
-		for _, p := range parts {
-			ps.pending[p] = struct{}{}
-		}
-	}
-	ps.mu.Unlock()
-	select {
-	case ps.signal <- struct{}{}:
-	default:
-	}
-}
-
-// take returns and clears the pending partitions, sorted; nil means any.
-func (ps *partSub) take() []int {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.any {
-		ps.any = false
-		clear(ps.pending)
-		return nil
-	}
-	out := make([]int, 0, len(ps.pending))
-	for p := range ps.pending {
-		out = append(out, p)
-	}
-	clear(ps.pending)
-	slices.Sort(out)
-	return out
-}
-
-func (b *broadcaster) subscribe(ctx context.Context) (<-chan struct{}, error) {
-	ch := make(chan struct{}, 1)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, fmt.Errorf("sqlite: subscribe: %w", outbox.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: subscribe: %w", err)
-	}
-	if b.subs == nil {
-		b.subs = make(map[chan struct{}]func() bool)
-	}
-	b.subs[ch] = context.AfterFunc(ctx, func() { b.remove(ch) })
-	return ch, nil
-}
-
-func (b *broadcaster) remove(ch chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.subs[ch]; ok {
-		delete(b.subs, ch)
-		close(ch)
-	}
-}
-
-// subscribePartitions calls fn with the partitions of the writes notified
-// until ctx ends or the broadcaster closes.
-func (b *broadcaster) subscribePartitions(ctx context.Context, fn func([]int)) error {
-	ps := &partSub{pending: make(map[int]struct{}), signal: make(chan struct{}, 1)}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return fmt.Errorf("sqlite: subscribe: %w", outbox.ErrClosed)
-	}
-	if b.psubs == nil {
-		b.psubs = make(map[*partSub]struct{})
-	}
-	if b.done == nil {
-		b.done = make(chan struct{})
-	}
-	b.psubs[ps] = struct{}{}
-	done := b.done
-	b.mu.Unlock()
-	// Subscribed: what committed before was not announced, so the first
-	// call says "any partition".
-	ps.add(nil)
-	defer func() {
-		b.mu.Lock()
-		delete(b.psubs, ps)
-		b.mu.Unlock()
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-done:
-			return nil
-		case <-ps.signal:
-			fn(ps.take())
-		}
-	}
-}
-
-func (b *broadcaster) close() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	b.closed = true
-	for ch, stop := range b.subs {
-		stop()
-		close(ch)
-	}
-	clear(b.subs)
-	if b.done == nil {
-		b.done = make(chan struct{})
-	}
-	close(b.done)
-}
 
 // Subscribe signals writes made in this process (the relay uses
 // SubscribePartitions, which names their partitions): the
@@ -176,7 +22,11 @@ func (b *broadcaster) close() {
 // at its next poll. Writes by other processes, or through other *sql.DB
 // handles, send nothing: the relay's polling finds them.
 func (s *Store) Subscribe(ctx context.Context) (<-chan struct{}, error) {
-	return s.bc.subscribe(ctx)
+	ch, err := s.bc.Subscribe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: subscribe: %w", err)
+	}
+	return ch, nil
 }
 
 // SubscribePartitions implements outbox.PartitionNotifier, which the relay
@@ -192,5 +42,8 @@ func (s *Store) SubscribePartitions(ctx context.Context, fn func(partitions []in
 	if err := s.check("subscribe"); err != nil {
 		return err
 	}
-	return s.bc.subscribePartitions(ctx, fn)
+	if err := s.bc.SubscribePartitions(ctx, fn); err != nil {
+		return fmt.Errorf("sqlite: subscribe: %w", err)
+	}
+	return nil
 }

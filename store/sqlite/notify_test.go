@@ -36,10 +36,7 @@ func subscribed(t *testing.T, ctx context.Context, s *Store) (<-chan []int, <-ch
 		res <- s.SubscribePartitions(ctx, func(ps []int) { got <- ps })
 	}()
 	for {
-		s.bc.mu.Lock()
-		n := len(s.bc.psubs)
-		s.bc.mu.Unlock()
-		if n > 0 {
+		if s.bc.PartitionSubscribers() > 0 {
 			return got, res
 		}
 		if ctx.Err() != nil {
@@ -113,7 +110,7 @@ func TestNotifyPartitions(t *testing.T) {
 		t.Fatalf("package-level Write notified %v, want %v", ps, parts[2:3])
 	}
 	// Unknown partitions (a requeue of dead letters) are nil: any.
-	b.store.bc.kick(nil)
+	b.store.bc.Kick(nil)
 	if ps := next(t, got); ps != nil {
 		t.Fatalf("kick(nil) notified %v, want nil", ps)
 	}

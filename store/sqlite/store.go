@@ -16,6 +16,7 @@ import (
 	msqlite "modernc.org/sqlite"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/internal/localnotify"
 )
 
 // Compile-time checks of the abilities a Store offers.
@@ -48,7 +49,7 @@ type Store struct {
 	gate  *gate // the write gate of a database made by Open; nil for New
 
 	partitions atomic.Int64 // P once read; 0 before
-	bc         broadcaster
+	bc         localnotify.Broadcaster
 	closed     atomic.Bool
 
 	stmtMu sync.Mutex
@@ -101,7 +102,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s := newStore(nil, opts)
 	s.gate = newGate(opts.BusyTimeout)
-	s.db = sql.OpenDB(&connector{base: base, gate: s.gate, notify: s.bc.kick})
+	s.db = sql.OpenDB(&connector{base: base, gate: s.gate, notify: s.bc.Kick})
 	s.db.SetMaxIdleConns(maxIdleConns)
 	s.ownDB = true
 	if err := s.db.PingContext(ctx); err != nil {
@@ -205,7 +206,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.bc.close()
+	s.bc.Close()
 	s.stmtMu.Lock()
 	for _, st := range s.stmts {
 		st.Close()

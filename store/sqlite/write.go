@@ -85,7 +85,7 @@ func (s *Store) Write(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) e
 	}
 	if s.gate == nil {
 		// Not a database of Open: no commit signal, so signal now.
-		s.bc.kick(parts)
+		s.bc.Kick(parts)
 	}
 	return nil
 }
