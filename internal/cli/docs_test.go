@@ -137,7 +137,10 @@ func TestDocumentedCommandsParse(t *testing.T) {
 		env := map[string]string{}
 		for len(words) > 0 && strings.Contains(words[0], "=") && !strings.HasPrefix(words[0], "-") {
 			k, v, _ := strings.Cut(words[0], "=")
-			env[k] = files(v)
+			if strings.HasSuffix(k, "_FILE") || strings.Contains(v, "/etc/outbox/") || strings.Contains(v, "/run/secrets/") {
+				v = files(v) // a path, not a value such as a ratio
+			}
+			env[k] = v
 			words = words[1:] // VAR=value before the command
 		}
 		var args []string
@@ -154,7 +157,7 @@ func TestDocumentedCommandsParse(t *testing.T) {
 			if v, ok := vars[a]; ok {
 				args[i] = v
 			}
-			if i > 0 && strings.HasSuffix(args[i-1], "-file") || strings.Contains(a, "/etc/outbox/") {
+			if i > 0 && strings.HasSuffix(args[i-1], "-file") || strings.Contains(a, "/etc/outbox/") || strings.Contains(a, "/run/secrets/") {
 				args[i] = files(a)
 			}
 			if strings.Contains(a, "…") && i > 0 {
