@@ -70,12 +70,8 @@ func (d *destinations) hold(topic string, now time.Time, claim bool) time.Time {
 	if s == nil {
 		return time.Time{}
 	}
-	if s.probing && now.Sub(s.probeStart) < d.probeStale {
-		// The probe's result wakes the workers.
-		return now.Add(blockedProbeMax)
-	}
-	if now.Before(s.NextProbe) {
-		return s.NextProbe
+	if until := d.waitLocked(s, now); !until.IsZero() {
+		return until
 	}
 	if claim {
 		s.probing, s.probeStart = true, now
@@ -95,11 +91,23 @@ func (d *destinations) paused(now time.Time) []string {
 	defer d.mu.Unlock()
 	var out []string
 	for topic, s := range d.m {
-		if s.probing && now.Sub(s.probeStart) < d.probeStale || now.Before(s.NextProbe) {
+		if !d.waitLocked(s, now).IsZero() {
 			out = append(out, topic)
 		}
 	}
 	return out
+}
+
+// waitLocked returns until when blocked destination s must wait (a probe
+// in flight, or its next probe not due), or zero when its probe may go.
+func (d *destinations) waitLocked(s *destState, now time.Time) time.Time {
+	if s.probing && now.Sub(s.probeStart) < d.probeStale {
+		return now.Add(blockedProbeMax) // the probe's result wakes the workers
+	}
+	if now.Before(s.NextProbe) {
+		return s.NextProbe
+	}
+	return time.Time{}
 }
 
 // isBlocked reports whether topic is blocked now.

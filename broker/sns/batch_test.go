@@ -149,7 +149,9 @@ func TestBackendsScheme(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	g := testenv.GoAWSServer(t)
-	name := "pre-" + strings.ReplaceAll(testenv.Name(t), ".", "-")
+	// A name that round-trips through the topic mapping (prefix "pre.",
+	// dots become dashes): the test's server is its own.
+	const name = "pre-backends-scheme"
 	topicWithQueue(t, g, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -158,10 +160,7 @@ func TestBackendsScheme(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	topic := strings.ReplaceAll(strings.TrimPrefix(name, "pre-"), "-", ".")
-	if strings.ReplaceAll("pre."+topic, ".", "-") != name {
-		t.Skipf("test name %q does not round-trip through the topic mapping", name)
-	}
+	const topic = "backends.scheme"
 	m := &outbox.Message{ID: outbox.NewID(), Topic: topic, Key: "k", Payload: []byte("hi")}
 	if err := p.Publish(ctx, []*outbox.Message{m})[0]; err != nil {
 		t.Fatal(err)

@@ -123,7 +123,7 @@ func (w sideWriter) write(topic string, keys ...string) []string {
 // sideBroker acknowledges what fail lets through, recording it per topic
 // and key (the checker's key: the default order scope).
 func sideBroker(ch *brokertest.Checker) *walBroker {
-	return &walBroker{checker: brokertest.NewChecker(), onAck: func(m *outbox.Message) {
+	return &walBroker{onAck: func(m *outbox.Message) {
 		ch.Delivered(brokertest.Received{ID: m.ID, Key: m.Topic + "|" + m.Key, Topic: m.Topic})
 	}}
 }
