@@ -306,6 +306,12 @@ type SlotStatus struct {
 	// SafeWALBytes is how much more WAL may be written before the server
 	// invalidates the slot (max_slot_wal_keep_size); nil when unlimited.
 	SafeWALBytes *int64 `json:"safe_wal_bytes,omitempty"`
+	// Parked counts the messages moved out of the relay's full buffer into
+	// the parked table (nothing was published for a while: a blocked
+	// destination, keys waiting for their retries), so that capture went
+	// on for the others. They are outstanding, published from there in
+	// order once their destination works.
+	Parked int64 `json:"parked"`
 	// Error says what stops the relay from streaming, if anything (the
 	// slot lost, a setting to change).
 	Error string `json:"error,omitempty"`

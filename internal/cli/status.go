@@ -242,6 +242,9 @@ func writeSlotText(w io.Writer, sl *outbox.SlotStatus) error {
 		if sl.SafeWALBytes != nil {
 			fmt.Fprintf(tw, "WAL before invalidation\t%s (max_slot_wal_keep_size)\n", bytesText(*sl.SafeWALBytes))
 		}
+		if sl.Parked > 0 {
+			fmt.Fprintf(tw, "parked\t%d messages: the relay's buffer was full with nothing published (a blocked destination, keys waiting for their retries); they wait in the parked table and go out, in order, once their destination works\n", sl.Parked)
+		}
 	}
 	if sl.Error != "" {
 		fmt.Fprintf(tw, "ERROR\t%s\n", sl.Error)

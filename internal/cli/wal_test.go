@@ -58,7 +58,7 @@ func TestCaptureWAL(t *testing.T) {
 	poll(t, "the later messages to reach the stream", func() bool { return streamMsgs(t, st) >= 150 })
 	poll(t, "/metrics to show the slot held", func() bool {
 		_, body := httpGet(t, "http://"+addr+"/metrics")
-		return strings.Contains(body, `outbox_wal_slot_held{slot="outbox"} 1`) && strings.Contains(body, `outbox_wal_slot_lag_bytes{slot="outbox"}`)
+		return strings.Contains(body, `outbox_wal_slot_held{slot="outbox"} 1`) && strings.Contains(body, `outbox_wal_slot_lag_bytes{slot="outbox"}`) && strings.Contains(body, `outbox_wal_parked_messages{slot="outbox"} 0`)
 	})
 	s := statusJSON(t, dsn+"&capture=wal")
 	if s.Slot == nil || s.Slot.Name != "outbox" || !s.Slot.Active || s.Slot.Held || s.Slot.WALStatus == "lost" {

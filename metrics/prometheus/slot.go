@@ -24,13 +24,15 @@ var (
 		"1 when PostgreSQL invalidated the replication slot (wal_status lost): messages were lost (capture wal).", []string{"slot"}, nil)
 	slotSafeDesc = prometheus.NewDesc("outbox_wal_slot_safe_bytes",
 		"WAL that may still be written before PostgreSQL invalidates the slot (max_slot_wal_keep_size); absent when unlimited.", []string{"slot"}, nil)
+	slotParkedDesc = prometheus.NewDesc("outbox_wal_parked_messages",
+		"Messages parked out of the relay's full buffer into the parked table (nothing was published for a while: a blocked destination, keys waiting for retries), waiting there for their destination (capture wal).", []string{"slot"}, nil)
 )
 
 // slotCollector reads a store's replication slot at scrape time.
 type slotCollector struct{ sr outbox.SlotReader }
 
 func (c slotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{slotLagBytesDesc, slotLagSecondsDesc, slotHeldDesc, slotLostDesc, slotSafeDesc} {
+	for _, d := range []*prometheus.Desc{slotLagBytesDesc, slotLagSecondsDesc, slotHeldDesc, slotLostDesc, slotSafeDesc, slotParkedDesc} {
 		ch <- d
 	}
 }
@@ -55,6 +57,7 @@ func (c slotCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.SafeWALBytes != nil {
 		gauge(slotSafeDesc, float64(*st.SafeWALBytes))
 	}
+	gauge(slotParkedDesc, float64(st.Parked))
 }
 
 func b2f(b bool) float64 {
@@ -67,7 +70,8 @@ func b2f(b bool) float64 {
 // RegisterSlot exports the replication slot of a store that captures from
 // the WAL (outbox.SlotReader, such as PostgreSQL with capture wal) with
 // reg, read at every scrape: outbox_wal_slot_lag_bytes, _lag_seconds,
-// _held, _lost and _safe_bytes, labelled by slot.
+// _held, _lost and _safe_bytes, and outbox_wal_parked_messages, labelled
+// by slot.
 func RegisterSlot(reg prometheus.Registerer, sr outbox.SlotReader) error {
 	if reg == nil || sr == nil {
 		return errors.New("outboxprom: RegisterSlot needs a registerer and a store")

@@ -77,6 +77,8 @@ func (n names) render(sql string) (string, error) {
 		"{{txid_idx}}", n.txidIdx,
 		"{{dead_key_idx}}", n.deadKeyIdx,
 		"{{dead_topic_idx}}", n.deadTopicIdx,
+		"{{parked}}", n.parked,
+		"{{parked_idx}}", n.parkedIdx,
 	)
 	out := r.Replace(sql)
 	if i := strings.Index(out, "{{"); i >= 0 {

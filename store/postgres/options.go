@@ -211,6 +211,8 @@ type names struct {
 	txidIdx      string
 	deadKeyIdx   string
 	deadTopicIdx string
+	parked       string // capture wal's parked messages
+	parkedIdx    string
 	channel      string // NOTIFY channel, unquoted (a value for pg_notify)
 	lockKey      string // advisory lock key text for Migrate
 }
@@ -232,6 +234,8 @@ func newNames(o Options) names {
 		txidIdx:      u("_messages_txid_idx"),
 		deadKeyIdx:   u("_dead_letters_key_idx"),
 		deadTopicIdx: u("_dead_letters_topic_idx"),
+		parked:       q("_parked"),
+		parkedIdx:    u("_parked_idx"),
 		channel:      channelName(o.Schema, o.TablePrefix),
 		lockKey:      "outbox.migrate:" + o.Schema + "." + o.TablePrefix,
 	}

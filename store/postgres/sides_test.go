@@ -71,7 +71,8 @@ func tableSide(t *testing.T, ord outbox.Ordering) *sideOutbox {
 }
 
 func streamSide(t *testing.T) *sideOutbox {
-	b := setupWAL(t, Options{})
+	// A buffer smaller than the tests' backlogs: what fills it is parked.
+	b := setupWAL(t, Options{WAL: WALOptions{BufferMessages: 100, ParkAfter: 100 * time.Millisecond}})
 	return &sideOutbox{
 		ctx: b.ctx, store: b.store, cfg: sideConfig("a"),
 		write: func(msgs ...outbox.Message) error { return b.write(b.ctx, msgs...) },

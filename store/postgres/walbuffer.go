@@ -38,10 +38,11 @@ type walTxn struct {
 	commitLSN  pglogrepl.LSN // where the commit record starts (Begin's FinalLSN)
 	endLSN     pglogrepl.LSN // where it ends (Commit's TransactionEndLSN)
 	commitTime time.Time
-	committed  bool  // its Commit message arrived
-	pending    int   // messages not settled
-	settled    int   // messages settled (the transaction is not confirmed yet)
-	lastSeq    int64 // Seq of its last message so far
+	captured   time.Time // when its Begin was received
+	committed  bool      // its Commit message arrived
+	pending    int       // messages not settled
+	settled    int       // messages settled (the transaction is not confirmed yet)
+	lastSeq    int64     // Seq of its last message so far
 }
 
 type walEntry struct {
@@ -68,7 +69,7 @@ func (b *walBuffer) reset(confirmed pglogrepl.LSN) {
 }
 
 func (b *walBuffer) begin(commitLSN pglogrepl.LSN, commitTime time.Time) {
-	t := &walTxn{commitLSN: commitLSN, commitTime: commitTime}
+	t := &walTxn{commitLSN: commitLSN, commitTime: commitTime, captured: time.Now()}
 	b.open = t
 	b.txns = append(b.txns, t)
 }
@@ -83,7 +84,7 @@ func (b *walBuffer) add(m outbox.Message, decodeErr string) int {
 	b.seq++
 	e := &walEntry{rec: outbox.Record{Message: m, Partition: outbox.PartitionOf(m.Key, b.p), Seq: b.seq, DecodeError: decodeErr}, txn: b.open}
 	if e.txn == nil { // a message outside Begin/Commit: not from pgoutput v1
-		e.txn = &walTxn{committed: true}
+		e.txn = &walTxn{committed: true, captured: time.Now()}
 	}
 	e.txn.pending++
 	e.txn.lastSeq = b.seq
@@ -141,6 +142,39 @@ func (b *walBuffer) stopBarrier() (seq int64, ahead int) {
 		}
 	}
 	return seq, ahead
+}
+
+// heldSince returns when the oldest transaction with a message not
+// settled yet was captured, or zero when there is none.
+func (b *walBuffer) heldSince() time.Time {
+	for _, t := range b.txns {
+		if t.pending > 0 {
+			return t.captured
+		}
+	}
+	return time.Time{}
+}
+
+// stale returns, in Seq order per partition, up to limit unsettled
+// entries of the transactions captured at or before cutoff (the ones to
+// park), leaving out those that could not be decoded (the relay
+// dead-letters them at once, with their decoding error).
+func (b *walBuffer) stale(cutoff time.Time, limit int) []*walEntry {
+	var out []*walEntry
+	for p := range b.parts {
+		for _, e := range b.parts[p].entries {
+			if len(out) == limit {
+				return out
+			}
+			if e.txn.captured.After(cutoff) {
+				break // the entries of a partition are in capture order
+			}
+			if !e.done && e.rec.DecodeError == "" {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }
 
 // full reports whether the bounds are reached: the reader stops reading.

@@ -34,6 +34,10 @@ const (
 	// partition.
 	WALTimeoutDefault = 10 * time.Second
 	WALTimeoutMin     = 100 * time.Millisecond
+	// WALParkAfterDefault is how long the buffer stays full with nothing
+	// published before the messages it holds are parked (see
+	// WALOptions.ParkAfter).
+	WALParkAfterDefault = 2 * time.Second
 )
 
 // slotNameRe is what PostgreSQL accepts as a replication slot name; the
@@ -68,6 +72,14 @@ type WALOptions struct {
 	// [WALTimeoutDefault]. Takeover after a network partition takes about
 	// Timeout + RetryInterval.
 	Timeout time.Duration
+	// ParkAfter: once the buffer has been full for this long with nothing
+	// settled (a destination that stays blocked, keys waiting for their
+	// retries), the messages it holds move to the <prefix>_parked table,
+	// so that the slot's position moves on and the other destinations go
+	// on being captured; the relay publishes them from there, in order,
+	// when their destination works. Default [WALParkAfterDefault];
+	// negative: never park (capture waits for room, holding the WAL).
+	ParkAfter time.Duration
 }
 
 func (w WALOptions) withDefaults(schema, prefix string) WALOptions {
@@ -78,6 +90,7 @@ func (w WALOptions) withDefaults(schema, prefix string) WALOptions {
 	w.StatusInterval = cmp.Or(w.StatusInterval, WALStatusIntervalDefault)
 	w.RetryInterval = cmp.Or(w.RetryInterval, WALRetryIntervalDefault)
 	w.Timeout = cmp.Or(w.Timeout, WALTimeoutDefault)
+	w.ParkAfter = cmp.Or(w.ParkAfter, WALParkAfterDefault)
 	return w
 }
 

@@ -249,12 +249,20 @@ func (s *WALStore) stream(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("postgres: slot %q: confirmed_flush_lsn %q: %w", s.w.Slot, confirmed, err)
 	}
+	// What is parked comes before what the slot streams from start: the
+	// Seqs given from now on follow the highest parked one.
+	park, parkedSeq, err := s.loadParked(ctx, p)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	if s.buf == nil || s.buf.p != p {
 		s.buf = newWALBuffer(p, start)
 	} else {
 		s.buf.reset(start)
 	}
+	s.buf.seq = max(s.buf.seq, parkedSeq)
+	s.park = park
 	s.active, s.standby, s.fatal = true, false, nil
 	s.epochs++
 	s.recv = max(s.recv, start)
@@ -272,6 +280,7 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 	var nextStatus time.Time // zero: now
 	var deadline time.Time   // the connection's read deadline
 	var sent pglogrepl.LSN
+	var fullSince, parkErrLogged time.Time // the buffer full since; parking's last error logged
 	// A stop interrupts a read in progress (unless the final handshake
 	// has begun, which sets its own deadline).
 	var finishMu sync.Mutex
@@ -332,7 +341,31 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 			s.mu.Lock()
 			s.wakeLocked() // a transaction larger than the buffer: publish what is held
 			s.mu.Unlock()
-			t := time.NewTimer(time.Until(nextStatus))
+			// Messages held too long (a blocked destination, a key
+			// waiting for its retries) leave memory for the parked
+			// table, so that capture goes on for everything else.
+			if fullSince.IsZero() {
+				fullSince = time.Now()
+			}
+			parked, due, err := s.parkStale(ctx, fullSince)
+			if err != nil {
+				if ctx.Err() != nil {
+					continue
+				}
+				if time.Since(parkErrLogged) >= parkLogEvery {
+					parkErrLogged = time.Now()
+					s.logger().Warn("could not park the messages held in the full WAL buffer; capture waits for room", "slot", s.w.Slot, "err", err)
+				}
+			}
+			if parked > 0 {
+				s.logParked(parked)
+				continue
+			}
+			wait := time.Until(nextStatus)
+			if !due.IsZero() {
+				wait = min(wait, time.Until(due))
+			}
+			t := time.NewTimer(max(wait, time.Millisecond))
 			select {
 			case <-s.room:
 			case <-t.C:
@@ -342,6 +375,7 @@ func (s *WALStore) readLoop(ctx context.Context, conn *pgconn.PgConn) error {
 			lastRecv = time.Now() // silent because we do not read
 			continue
 		}
+		fullSince = time.Time{}
 		if time.Since(lastRecv) > s.w.Timeout {
 			return fmt.Errorf("postgres: no message from the server for %v (Options.WAL.Timeout): the connection is considered lost", s.w.Timeout)
 		}

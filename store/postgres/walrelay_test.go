@@ -380,7 +380,8 @@ func TestWALLockAfterWrite(t *testing.T) {
 func TestWALBrokerOutageBoundedMemory(t *testing.T) {
 	t.Parallel()
 	const bound = 100
-	b := setupWAL(t, Options{WAL: WALOptions{BufferMessages: bound, Timeout: 500 * time.Millisecond, StatusInterval: 50 * time.Millisecond}})
+	// Parking off: this is about a full buffer waiting for room.
+	b := setupWAL(t, Options{WAL: WALOptions{BufferMessages: bound, Timeout: 500 * time.Millisecond, StatusInterval: 50 * time.Millisecond, ParkAfter: -1}})
 	checker := brokertest.NewChecker()
 	var maxHeld atomic.Int64
 	pub := &walBroker{checker: checker, onCall: func() {
@@ -622,3 +623,64 @@ func TestWALGracefulStopRepublishesNothing(t *testing.T) {
 type tlog struct{ t *testing.T }
 
 func (l tlog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p), nil }
+
+// TestWALGracefulStopWaitsForADueRetry: a graceful stop drains what lies
+// below the stop barrier, and that includes a message waiting for a retry
+// due before the shutdown deadline (retryDueBefore): the stop publishes
+// it, the confirmed position covers both transactions, and the next relay
+// publishes nothing again. (Leaving without waiting would leave its
+// transaction unconfirmed, and the next relay would publish it and the
+// later, acknowledged one again.)
+func TestWALGracefulStopWaitsForADueRetry(t *testing.T) {
+	t.Parallel()
+	b := setupWAL(t, Options{})
+	cfg := walRelayConfig("a")
+	cfg.Workers, cfg.BatchSize = 1, 1
+	// The retry comes 3 s after the failure: after the stop begins (on a
+	// machine too slow for that, the test still checks that nothing is
+	// published twice), well before its deadline.
+	cfg.BackoffMin, cfg.BackoffMax = 3*time.Second, 3*time.Second
+	cfg.PublishTimeout, cfg.LeaseTTL, cfg.ShutdownTimeout = 5*time.Second, time.Minute, time.Minute
+	var failed atomic.Bool
+	pub := &walBroker{}
+	pub.setFail(func(m *outbox.Message) error {
+		if m.Key == "a" {
+			if failed.CompareAndSwap(false, true) {
+				return errors.New("broker: internal error")
+			}
+		}
+		return nil
+	})
+	r := startRelay(t, b.store, pub, cfg)
+	b.streaming(t)
+	if err := b.write(b.ctx, outbox.Message{Topic: "t", Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.WaitFor(t, "the first attempt to fail", time.Minute, failed.Load)
+	if err := b.write(b.ctx, outbox.Message{Topic: "t", Key: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.WaitFor(t, "the later transaction published and settled, the failed message waiting for its retry", time.Minute, func() bool {
+		return pub.acked.Load() == 1 && b.store.Stats().Buffered == 1
+	})
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.acked.Load(); n != 2 {
+		t.Fatalf("%d messages acknowledged when the stop returned, want 2: the stop must publish the retry due before its deadline (relay %+v, store %+v)", n, r.Stats(), b.store.Stats())
+	}
+	b2, err := OpenWAL(b.ctx, b.dsn, b.store.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	r2 := startRelay(t, b2, pub, walRelayConfig("b"))
+	after := currentLSN(t, b.store.Pool())
+	relaytest.WaitFor(t, "the new relay to confirm the latest position", time.Minute, func() bool { return b.slotConfirmed(t) >= after })
+	if err := r2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.acked.Load(); n != 2 {
+		t.Fatalf("a relay started after a graceful stop published %d messages again", n-2)
+	}
+}

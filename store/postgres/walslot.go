@@ -205,6 +205,9 @@ func (s *WALStore) SlotStatus(ctx context.Context) (*outbox.SlotStatus, error) {
 		WALStatus: c.slot.walStatus, ConfirmedLSN: c.slot.confirmed.String(), LagBytes: c.slot.lagBytes,
 		SafeWALBytes: c.slot.safeBytes,
 	}
+	if err := s.tab.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.tab.n.parked).Scan(&st.Parked); err != nil && !missingTables(err) {
+		return nil, wrapErr("slot status: count the parked messages", s.opts, err)
+	}
 	if err := s.problem(c); err != nil {
 		st.Error = err.Error()
 	} else if !c.slot.exists {

@@ -80,9 +80,11 @@ var errSlotBusy = errors.New("the replication slot is active in another relay: s
 //
 // At most WALOptions.BufferMessages messages (and BufferBytes of payload)
 // are held; beyond that the reader stops reading (it keeps the connection
-// alive), whatever the size of the transactions. A key whose messages keep
-// failing holds its messages in memory until they are dead-lettered; if
-// they fill the buffer, capture waits for them.
+// alive), whatever the size of the transactions. If the buffer stays full
+// with nothing settled for WALOptions.ParkAfter (a destination that stays
+// blocked, keys waiting for their retries), what it holds is parked in the
+// <prefix>_parked table and capture goes on (see walpark.go): a blocked
+// destination holds back only itself, as with table capture.
 //
 // A WALStore is safe for concurrent use.
 type WALStore struct {
@@ -109,11 +111,18 @@ type WALStore struct {
 	room     chan struct{} // signalled when the full buffer has room again
 	recv     pglogrepl.LSN // everything committed before it was received
 	recvCond *sync.Cond    // broadcast when recv advances or the reader stops
+	park     walParked     // what the parked table holds (see walpark.go)
+	// lastSettle is when a Settle last settled a held message; parkLogged
+	// and parkUnlogged rate-limit the parking log.
+	lastSettle   time.Time
+	parkLogged   time.Time
+	parkUnlogged int
 
-	keepalives atomic.Int64
-	statusSent atomic.Int64
-	settleMu   sync.Mutex // one Settle at a time: dead letters go in before their entries leave
-	closed     atomic.Bool
+	parkedTotal atomic.Int64 // messages parked by this process
+	keepalives  atomic.Int64
+	statusSent  atomic.Int64
+	settleMu    sync.Mutex // one Settle at a time: dead letters go in before their entries leave
+	closed      atomic.Bool
 }
 
 type walRun struct {
@@ -263,6 +272,7 @@ func (s *WALStore) Partitions(ctx context.Context) (int, error) {
 	if s.p == 0 {
 		s.p = p
 		s.leases = leasetable.New(p)
+		s.park = newWALParked(p)
 	}
 	s.mu.Unlock()
 	return p, nil
@@ -396,18 +406,32 @@ func (s *WALStore) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.buf == nil {
+		s.mu.Unlock()
 		return nil, nil
 	}
 	var out []outbox.Record
+	var parked []outbox.Cursor
 	for _, c := range cursors {
 		if c.Partition < 0 || c.Partition >= s.buf.p {
 			continue
 		}
 		out = s.buf.fetch(out, c.Partition, c.After, limit)
+		if s.parkedBelowLocked(c) {
+			parked = append(parked, c)
+		}
 	}
-	return out, nil
+	s.mu.Unlock()
+	if len(parked) == 0 {
+		return out, nil
+	}
+	// The buffer was read first: a record parked since is in both reads,
+	// never in neither.
+	recs, err := s.fetchParked(ctx, parked, limit)
+	if err != nil {
+		return nil, err
+	}
+	return mergeRecords(out, recs, limit), nil
 }
 
 // Unsettled returns the held records of each cursor's partition with
@@ -430,6 +454,13 @@ func (s *WALStore) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]ou
 			if !e.done {
 				out = append(out, outbox.RecordRef{ID: e.rec.ID, Partition: e.rec.Partition, Seq: e.rec.Seq})
 			}
+		}
+		if c.Partition < len(s.park.n) && s.park.n[c.Partition] > 0 {
+			refs, err := s.unsettledParked(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, refs...)
 		}
 	}
 	return out, nil
@@ -472,9 +503,14 @@ func (s *WALStore) Settle(ctx context.Context, node string, settlements []outbox
 	}
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	settled := false
 	fenced := &outbox.FencedError{}
+	// Records the buffer no longer holds may be parked.
+	var (
+		parkedDelivered    []string
+		parkedRetry, pDead []outbox.Failure
+	)
+	mayBeParked := s.park.total > 0
 	for i := range settlements {
 		st := &settlements[i]
 		if st.Empty() {
@@ -488,24 +524,37 @@ func (s *WALStore) Settle(ctx context.Context, node string, settlements []outbox
 			if e := s.buf.get(id, st.Partition); e != nil {
 				s.buf.settle(e)
 				settled = true
+			} else if mayBeParked {
+				parkedDelivered = append(parkedDelivered, id)
 			}
 		}
 		for _, f := range st.Retry {
 			if e := s.buf.get(f.ID, st.Partition); e != nil {
 				e.rec.Attempts, e.rec.NextAttemptAt, e.rec.LastError = f.Attempts, f.NextAttemptAt, storepolicy.ErrorText(f.Err)
+			} else if mayBeParked {
+				parkedRetry = append(parkedRetry, f)
 			}
 		}
 		for _, f := range st.Dead {
 			if e := s.buf.get(f.ID, st.Partition); e != nil {
 				s.buf.settle(e)
 				settled = true
+			} else if mayBeParked {
+				pDead = append(pDead, f)
 			}
 		}
 	}
 	if settled { // a reader waiting for room looks again
+		s.lastSettle = time.Now()
 		select {
 		case s.room <- struct{}{}:
 		default:
+		}
+	}
+	s.mu.Unlock()
+	if len(parkedDelivered)+len(parkedRetry)+len(pDead) > 0 {
+		if err := s.settleParked(ctx, parkedDelivered, parkedRetry, pDead); err != nil {
+			return err
 		}
 	}
 	if len(fenced.Leases) > 0 {
@@ -752,10 +801,45 @@ func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
 	if err := s.tab.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.tab.n.deadLetters).Scan(&st.DeadLetters); err != nil {
 		return nil, s.tab.wrap("status", err)
 	}
+	// The parked messages are outstanding (durable, whoever holds the slot).
+	parked, err := s.tab.pool.Query(ctx, `SELECT partition, topic, count(*), min(created_at) FROM `+s.tab.n.parked+` GROUP BY partition, topic`)
+	if err != nil {
+		return nil, s.tab.wrap("status: parked messages", err)
+	}
+	topics := map[string]*outbox.TopicCount{}
+	count := func(part int, topic string, n int64, oldest time.Time) {
+		if part >= 0 && part < len(st.Partitions) {
+			st.Partitions[part].Outstanding += n
+		}
+		st.Outstanding += n
+		tc := topics[topic]
+		if tc == nil {
+			tc = &outbox.TopicCount{Topic: topic}
+			topics[topic] = tc
+		}
+		tc.Count += n
+		if tc.OldestCreatedAt.IsZero() || oldest.Before(tc.OldestCreatedAt) {
+			tc.OldestCreatedAt = oldest
+		}
+		if st.OldestCreatedAt.IsZero() || oldest.Before(st.OldestCreatedAt) {
+			st.OldestCreatedAt = oldest
+		}
+	}
+	var (
+		part   int
+		topic  string
+		n      int64
+		oldest time.Time
+	)
+	if _, err := pgx.ForEachRow(parked, []any{&part, &topic, &n, &oldest}, func() error {
+		count(part, topic, n, oldest)
+		return nil
+	}); err != nil {
+		return nil, s.tab.wrap("status: parked messages", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	topics := map[string]*outbox.TopicCount{}
 	for i := range st.Partitions {
 		ps := &st.Partitions[i]
 		ps.Partition = i
@@ -767,22 +851,8 @@ func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
 			continue
 		}
 		for _, e := range s.buf.parts[i].entries {
-			if e.done {
-				continue
-			}
-			ps.Outstanding++
-			st.Outstanding++
-			tc := topics[e.rec.Topic]
-			if tc == nil {
-				tc = &outbox.TopicCount{Topic: e.rec.Topic}
-				topics[e.rec.Topic] = tc
-			}
-			tc.Count++
-			if tc.OldestCreatedAt.IsZero() || e.rec.CreatedAt.Before(tc.OldestCreatedAt) {
-				tc.OldestCreatedAt = e.rec.CreatedAt
-			}
-			if st.OldestCreatedAt.IsZero() || e.rec.CreatedAt.Before(st.OldestCreatedAt) {
-				st.OldestCreatedAt = e.rec.CreatedAt
+			if !e.done {
+				count(i, e.rec.Topic, 1, e.rec.CreatedAt)
 			}
 		}
 	}
@@ -821,13 +891,18 @@ type WALStats struct {
 	Acquisitions int64
 	// StatusSent counts the confirmed positions sent to the server.
 	StatusSent int64
+	// Parked is how many messages the parked table holds (see
+	// WALOptions.ParkAfter); ParkedTotal, how many this process parked.
+	Parked      int
+	ParkedTotal int64
 }
 
 // Stats returns the store's running figures.
 func (s *WALStore) Stats() WALStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := WALStats{Active: s.active, Received: s.recv.String(), Keepalives: s.keepalives.Load(), Acquisitions: s.epochs, StatusSent: s.statusSent.Load()}
+	st := WALStats{Active: s.active, Received: s.recv.String(), Keepalives: s.keepalives.Load(), Acquisitions: s.epochs, StatusSent: s.statusSent.Load(),
+		Parked: s.park.total, ParkedTotal: s.parkedTotal.Load()}
 	if s.buf != nil {
 		st.Buffered, st.BufferedBytes = s.buf.n, s.buf.bytes
 		st.Confirmed = s.buf.confirmed.String()
@@ -860,14 +935,26 @@ func (s *WALStore) FindMessages(ctx context.Context, q outbox.FindQuery) (*outbo
 		res.Unsearched = map[outbox.MessageState]string{}
 	}
 	delete(res.Unsearched, outbox.StateOutstanding)
+	parked, err := s.findParked(ctx, q, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range parked {
+		res.Messages = append(res.Messages, outbox.FoundMessage{Record: r, State: outbox.StateOutstanding})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	isParked := func(id string) bool {
+		return slices.ContainsFunc(parked, func(r outbox.Record) bool { return r.ID == id })
+	}
 	if !s.active || s.buf == nil {
 		res.Unsearched[outbox.StateOutstanding] = "capture wal: outstanding messages wait in the replication slot; only the relay process streaming from it holds them (in memory), and this one does not"
 		return res, nil
 	}
 	found := func(e *walEntry) {
-		res.Messages = append(res.Messages, outbox.FoundMessage{Record: e.rec, State: outbox.StateOutstanding})
+		if !isParked(e.rec.ID) {
+			res.Messages = append(res.Messages, outbox.FoundMessage{Record: e.rec, State: outbox.StateOutstanding})
+		}
 	}
 	if q.ID != "" {
 		if e := s.buf.byID[q.ID]; e != nil {
