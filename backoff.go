@@ -37,16 +37,15 @@ func ExponentialBackoff(min, max time.Duration) RetryPolicy {
 }
 
 // retrier is the one schedule of the relay's store-call loops (lease
-// rounds, fetches, settles, claims): exponential from a quarter of
-// PollInterval (plus a millisecond) to HeartbeatInterval, with jitter,
-// reset by a success.
+// rounds, fetches, settles, claims, subscriptions): exponential from
+// StoreRetryMin to HeartbeatInterval, with jitter, reset by a success.
 type retrier struct {
 	failures int
 	min, max time.Duration
 }
 
 func (r *Relay) newRetrier() retrier {
-	return retrier{min: r.cfg.PollInterval/4 + time.Millisecond, max: r.cfg.HeartbeatInterval}
+	return retrier{min: r.cfg.StoreRetryMin, max: max(r.cfg.StoreRetryMin, r.cfg.HeartbeatInterval)}
 }
 
 // failed counts a failure and returns how long to wait before the next

@@ -110,6 +110,10 @@ const (
 	PollIntervalDefault = 500 * time.Millisecond
 	PollIntervalMin     = time.Millisecond
 
+	// StoreRetryMinDefault is the first wait after a failed store call.
+	StoreRetryMinDefault = 25 * time.Millisecond
+	StoreRetryMinMin     = time.Millisecond
+
 	SweepIntervalDefault = time.Second
 
 	// SettleIntervalDefault is how long acknowledged messages may wait to
@@ -169,8 +173,15 @@ type Config struct {
 	// notification arrives. While the relay is subscribed to a store's
 	// notifications (PostgreSQL's LISTEN), which announce every Write
 	// within milliseconds, it polls four times less often: the poll then
-	// only finds rows no notification announced.
+	// only finds rows no notification announced. It means only that: the
+	// wait after a failed store call is StoreRetryMin, and readiness is
+	// judged on HeartbeatInterval.
 	PollInterval time.Duration
+	// StoreRetryMin is the first wait after a failed store call (a lease
+	// round, a fetch, a settle, a claim, a subscription to notifications):
+	// the wait doubles, with jitter, up to HeartbeatInterval, and a success
+	// resets it. Default StoreRetryMinDefault.
+	StoreRetryMin time.Duration
 	// SettleInterval is how long a worker may hold the settlements of
 	// acknowledged messages (and retries and dead letters) before writing
 	// them, unless a batch's worth is waiting: the workers write at the
@@ -238,6 +249,7 @@ func (c Config) WithDefaults() Config {
 	// come well within that window, or publishing stalls every round.
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, max(time.Millisecond, min(c.LeaseTTL/3, (c.LeaseTTL-2*c.PublishTimeout)/2)))
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.StoreRetryMin = cmp.Or(c.StoreRetryMin, StoreRetryMinDefault)
 	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.SettleInterval = cmp.Or(c.SettleInterval, SettleIntervalDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
@@ -295,6 +307,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval < PollIntervalMin {
 		return fmt.Errorf("outbox: Config.PollInterval must be at least %v, got %v", PollIntervalMin, c.PollInterval)
+	}
+	if c.StoreRetryMin < StoreRetryMinMin {
+		return fmt.Errorf("outbox: Config.StoreRetryMin must be at least %v, got %v", StoreRetryMinMin, c.StoreRetryMin)
 	}
 	if c.SettleInterval <= 0 || c.SettleInterval >= c.PublishTimeout {
 		return fmt.Errorf("outbox: Config.SettleInterval must be positive and below PublishTimeout (%v), got %v", c.PublishTimeout, c.SettleInterval)

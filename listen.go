@@ -103,6 +103,7 @@ func (r *Relay) listen(ctx context.Context) {
 	if pn == nil {
 		return
 	}
+	retry := r.newRetrier()
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			// Writes committed while unsubscribed were not notified.
@@ -118,11 +119,13 @@ func (r *Relay) listen(ctx context.Context) {
 				r.notifyPartitions(ps)
 			}
 		})
-		r.listening.Store(false)
+		if r.listening.Swap(false) {
+			retry.ok() // it was subscribed: the next failure waits from StoreRetryMin again
+		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Debug("subscription failed; polling", "err", err)
 		}
-		if !sleepCtx(ctx, r.cfg.PollInterval) {
+		if !sleepCtx(ctx, retry.failed()) {
 			return
 		}
 	}

@@ -237,14 +237,19 @@ func (r *Relay) Run(ctx context.Context) error {
 // Done is closed when the relay has stopped.
 func (r *Relay) Done() <-chan struct{} { return r.done }
 
+// readySlack is what Ready allows beyond two heartbeat intervals: the time
+// a lease round itself takes.
+const readySlack = 250 * time.Millisecond
+
 // Ready reports whether the relay is running and its last store round
-// trip (heartbeat or claim) succeeded within two heartbeat intervals.
+// trip (heartbeat or claim) succeeded within two heartbeat intervals
+// (plus readySlack).
 func (r *Relay) Ready() bool {
 	r.mu.Lock()
 	running := r.state == 1
 	r.mu.Unlock()
 	last := r.lastBeat.Load()
-	return running && last != 0 && time.Since(time.Unix(0, last)) < 2*r.cfg.HeartbeatInterval+r.cfg.PollInterval
+	return running && last != 0 && time.Since(time.Unix(0, last)) < 2*r.cfg.HeartbeatInterval+readySlack
 }
 
 // Stats returns the relay's running totals.

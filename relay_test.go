@@ -503,6 +503,7 @@ func TestNewRelayRejectsBadConfig(t *testing.T) {
 		{outbox.Config{MaxAttempts: -3}, "Config.MaxAttempts must be between 1 and 1000, got -3"},
 		{outbox.Config{SettleInterval: -time.Millisecond}, "Config.SettleInterval must be positive and below PublishTimeout"},
 		{outbox.Config{SettleInterval: time.Minute}, "Config.SettleInterval must be positive and below PublishTimeout"},
+		{outbox.Config{StoreRetryMin: -time.Millisecond}, "Config.StoreRetryMin must be at least 1ms"},
 	}
 	for _, c := range cases {
 		_, err := outbox.NewRelay(st, &broker{}, c.cfg)
