@@ -119,7 +119,7 @@ func (s *WALStore) parkStale(ctx context.Context, fullSince time.Time) (int, tim
 	for i, e := range entries {
 		rows[i] = deadRow{rec: e.rec, commitLSN: e.txn.commitLSN}
 	}
-	buf := s.buf
+	epoch := s.epochs
 	s.mu.Unlock()
 	if len(entries) == 0 {
 		return 0, time.Time{}, nil
@@ -131,7 +131,7 @@ func (s *WALStore) parkStale(ctx context.Context, fullSince time.Time) (int, tim
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.buf != buf || !s.active {
+	if s.epochs != epoch || !s.active {
 		return 0, time.Time{}, nil // the slot was lost meanwhile: the rows are parked, the buffer gone
 	}
 	n := 0
