@@ -332,6 +332,7 @@ func (c *poller) fetched(res fetchResult) {
 	}
 	now := c.r.cfg.Now()
 	counts := map[int]int{}
+	past := map[int]bool{} // partitions that returned a record past drainTo
 	for i := range res.recs {
 		rec := &res.recs[i]
 		cs := current(rec.Partition)
@@ -339,6 +340,12 @@ func (c *poller) fetched(res fetchResult) {
 			continue
 		}
 		counts[rec.Partition]++ // late records count too: a fetch may return only them, up to the limit
+		if c.drainTo > 0 && rec.Seq > c.drainTo {
+			// Past what a stop drains: the cursor stays below, so that a
+			// barrier that rises (a transaction still being read) reads it.
+			past[rec.Partition] = true
+			continue
+		}
 		if rec.Seq > cs.cursor {
 			cs.cursor = rec.Seq
 			if rec.Seq > cs.high {
@@ -349,17 +356,16 @@ func (c *poller) fetched(res fetchResult) {
 		} else if c.pipe.known(rec) {
 			continue
 		}
-		if c.drainTo > 0 && rec.Seq > c.drainTo || c.stale(rec) || c.held(cs, rec) {
-			// Past what a stop drains, settled since this fetch started
-			// (a sweep found it first), or its key is failing: read again
-			// when it recovers.
+		if c.stale(rec) || c.held(cs, rec) {
+			// Settled since this fetch started (a sweep found it first),
+			// or its key is failing: read again when it recovers.
 			continue
 		}
 		c.pipe.feed(rec, now)
 	}
 	for _, cur := range res.cursors {
 		if cs := current(cur.Partition); cs != nil {
-			cs.caughtUp = counts[cur.Partition] < res.limit || c.drainTo > 0 && cs.cursor >= c.drainTo
+			cs.caughtUp = counts[cur.Partition] < res.limit || c.drainTo > 0 && (cs.cursor >= c.drainTo || past[cur.Partition])
 			cs.mark = res.mark
 		}
 	}

@@ -199,10 +199,14 @@ type Claim interface {
 // up to StopBarrier that can go at once, and only then leaves.
 type PrefixConfirmer interface {
 	// StopBarrier returns the Seq up to which every record must be settled
-	// for every settled record to be confirmed (the last record of the
-	// last transaction with a settled message), or 0 when no settled
-	// record waits behind an unsettled one.
-	StopBarrier() int64
+	// for every settled record to be confirmed (the last record so far of
+	// the last transaction with a settled message), or 0 when no settled
+	// record waits behind an unsettled one. complete is false while that
+	// transaction has not been read whole (a large one, read while it is
+	// published): its later records raise the barrier as they come, and
+	// the relay drains to the new barrier until it is complete or the
+	// stop's deadline comes.
+	StopBarrier() (seq int64, complete bool)
 }
 
 // PartitionNotifier is implemented by stores that can signal new writes

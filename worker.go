@@ -94,13 +94,26 @@ func (w *worker) run(ctx, killCtx context.Context) {
 			if w.work(wctx, killCtx) {
 				continue
 			}
+			wait := w.nextWake(time.Now())
 			if w.drainTo > 0 && w.drained() {
-				w.drainTo = -1
-				w.pipe.stopping = true // settle what the drain published, then leave
-				continue
+				// The barrier's transaction may not have been read whole
+				// (a large one, published while it is read): its later
+				// records raise the barrier; drain to it until it is
+				// complete or the deadline comes.
+				upTo, complete := w.r.caps.prefix.StopBarrier()
+				switch {
+				case upTo > w.drainTo:
+					w.extendDrain(upTo)
+					continue
+				case complete || !time.Now().Before(w.drainBy):
+					w.drainTo = -1
+					w.pipe.stopping = true // settle what the drain published, then leave
+					continue
+				}
+				wait = min(wait, drainPoll) // the rest of the transaction comes
 			}
 			// Nothing to do now: wait for a result, a wake-up or a timer.
-			timer = time.NewTimer(w.nextWake(time.Now()))
+			timer = time.NewTimer(wait)
 			timeout = timer.C
 		}
 		select {
@@ -180,18 +193,30 @@ func (w *worker) drain(killCtx context.Context) bool {
 		return false
 	}
 	w.drainTo = -1
-	upTo, ok := w.r.stopGap.wait(killCtx, w.r.caps.prefix.StopBarrier)
+	upTo, ok := w.r.stopGap.wait(killCtx, func() int64 {
+		seq, _ := w.r.caps.prefix.StopBarrier()
+		return seq
+	})
 	if !ok || upTo <= 0 || len(w.pipe.lanes) == 0 {
 		return false
 	}
+	w.extendDrain(upTo)
+	w.pipe.stopping = false
+	w.pipe.draining = true
+	return true
+}
+
+// drainPoll is how often a drained worker asks the store again for the
+// stop barrier while the barrier's transaction is still being read.
+const drainPoll = 5 * time.Millisecond
+
+// extendDrain makes the worker drain its partitions up to upTo.
+func (w *worker) extendDrain(upTo int64) {
 	w.drainTo = upTo
 	w.capture.drainTo = upTo
 	for _, cs := range w.capture.parts {
 		cs.caughtUp = false
 	}
-	w.pipe.stopping = false
-	w.pipe.draining = true
-	return true
 }
 
 // drained reports whether a draining worker has nothing left to do: every

@@ -132,16 +132,19 @@ func (b *walBuffer) advance() {
 // stopBarrier returns the Seq up to which every message must be settled
 // for every settled message to be confirmed: the last message so far of
 // the last unconfirmed transaction with a settled message; 0 when none
-// has one. ahead counts the settled messages the confirmed position does
-// not cover (published again if the relay stopped now).
-func (b *walBuffer) stopBarrier() (seq int64, ahead int) {
+// has one. complete is false when that transaction's Commit has not been
+// received yet (more of its messages may come). ahead counts the settled
+// messages the confirmed position does not cover (published again if the
+// relay stopped now).
+func (b *walBuffer) stopBarrier() (seq int64, complete bool, ahead int) {
+	complete = true
 	for _, t := range b.txns {
 		if t.settled > 0 {
-			seq = t.lastSeq
+			seq, complete = t.lastSeq, t.committed
 			ahead += t.settled
 		}
 	}
-	return seq, ahead
+	return seq, complete, ahead
 }
 
 // heldSince returns when the oldest transaction with a message not

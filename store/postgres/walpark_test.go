@@ -10,6 +10,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/brokertest"
 	"github.com/outboxrelay/outbox/internal/relaytest"
+	"github.com/outboxrelay/outbox/internal/sidetest"
 )
 
 // parkOptions: a small buffer that parks quickly.
@@ -59,22 +60,22 @@ func TestWALBlockedDestinationParksAndCaptureGoesOn(t *testing.T) {
 	t.Parallel()
 	b := setupWAL(t, parkOptions())
 	ch := brokertest.NewChecker()
-	pub := sideBroker(ch)
+	pub := sidetest.NewBroker(ch)
 	var blocked atomic.Bool
 	blocked.Store(true)
-	pub.setFail(func(m *outbox.Message) error {
+	pub.SetFail(func(m *outbox.Message) error {
 		if m.Topic == "gone" && blocked.Load() {
 			return outbox.Blocked("gone", errors.New("nats: no response from stream"))
 		}
 		return nil
 	})
-	cfg := sideConfig("a")
+	cfg := sidetest.Config("a")
 	cfg.BatchSize, cfg.FetchSize = 16, 32
 	r := startRelay(t, b.store, pub, cfg)
 	b.streaming(t)
 	gone := parkWrite(t, b, ch, "gone", 30, 300)
 	fine := parkWrite(t, b, ch, "fine", 30, 100)
-	relaytest.WaitFor(t, "the other destination's messages published while one is blocked", time.Minute, func() bool { return allIn(ch, fine) })
+	relaytest.WaitFor(t, "the other destination's messages published while one is blocked", time.Minute, func() bool { return sidetest.AllIn(ch, fine) })
 	if st := b.store.Stats(); st.Parked == 0 || st.ParkedTotal == 0 {
 		t.Fatalf("nothing parked: %+v", st)
 	}
@@ -114,8 +115,8 @@ func TestWALBlockedDestinationParksAndCaptureGoesOn(t *testing.T) {
 	}
 	blocked.Store(false)
 	all := append(gone, more...)
-	relaytest.WaitFor(t, "every message of the blocked destination published", time.Minute, func() bool { return allIn(ch, all) })
-	verifySide(t, captureSides[2], ch, true)
+	relaytest.WaitFor(t, "every message of the blocked destination published", time.Minute, func() bool { return sidetest.AllIn(ch, all) })
+	sidetest.Verify(t, captureSides[2], ch, true)
 	relaytest.WaitFor(t, "the parked table emptied", time.Minute, func() bool { return parkedRows(t, b) == 0 && b.store.Stats().Parked == 0 })
 }
 
@@ -127,11 +128,11 @@ func TestWALParkedMessagesSurviveARestart(t *testing.T) {
 	t.Parallel()
 	b := setupWAL(t, parkOptions())
 	ch := brokertest.NewChecker()
-	pub := sideBroker(ch)
-	pub.setFail(func(m *outbox.Message) error {
+	pub := sidetest.NewBroker(ch)
+	pub.SetFail(func(m *outbox.Message) error {
 		return outbox.Blocked(m.Topic, errors.New("nats: no response from stream"))
 	})
-	cfg := sideConfig("a")
+	cfg := sidetest.Config("a")
 	cfg.BatchSize, cfg.FetchSize = 16, 32
 	r := startRelay(t, b.store, pub, cfg)
 	b.streaming(t)
@@ -151,10 +152,10 @@ func TestWALParkedMessagesSurviveARestart(t *testing.T) {
 	t.Cleanup(func() { _ = next.Close() })
 	b2 := &walBundle{ctx: b.ctx, dsn: b.dsn, store: next}
 	cfg.Node = "b"
-	startRelay(t, next, sideBroker(ch), cfg)
+	startRelay(t, next, sidetest.NewBroker(ch), cfg)
 	b2.streaming(t)
 	later := parkWrite(t, b2, ch, "t", 20, 100)
-	relaytest.WaitFor(t, "everything published by the next relay", time.Minute, func() bool { return allIn(ch, append(first, later...)) })
-	verifySide(t, captureSides[2], ch, true)
+	relaytest.WaitFor(t, "everything published by the next relay", time.Minute, func() bool { return sidetest.AllIn(ch, append(first, later...)) })
+	sidetest.Verify(t, captureSides[2], ch, true)
 	relaytest.WaitFor(t, "the parked table emptied", time.Minute, func() bool { return parkedRows(t, b2) == 0 })
 }

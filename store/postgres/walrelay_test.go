@@ -684,3 +684,53 @@ func TestWALGracefulStopWaitsForADueRetry(t *testing.T) {
 		t.Fatalf("a relay started after a graceful stop published %d messages again", n-2)
 	}
 }
+
+// TestWALGracefulStopInsideALargeTransaction: a transaction five times
+// larger than the buffer is published while it is read; the relay stops
+// in the middle of it. Its stop barrier keeps rising as the rest of the
+// transaction is read (StopBarrier's complete is false until its Commit),
+// so the drain publishes it to the end, the confirmed position covers it,
+// and the next relay publishes nothing again. (Draining only to the first
+// barrier left the transaction unconfirmed: every message of it already
+// published was published again.)
+func TestWALGracefulStopInsideALargeTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupWAL(t, Options{WAL: WALOptions{BufferMessages: 20, ParkAfter: -1}})
+	checker := brokertest.NewChecker()
+	pub := &walBroker{checker: checker}
+	pub.setFail(func(*outbox.Message) error {
+		time.Sleep(time.Millisecond) // a broker's latency: the stop comes mid-transaction
+		return nil
+	})
+	cfg := walRelayConfig("a")
+	cfg.BatchSize = 5
+	r := startRelay(t, b.store, pub, cfg)
+	b.streaming(t)
+	big := make([]outbox.Message, 100)
+	for i := range big {
+		big[i] = outbox.Message{ID: outbox.NewID(), Topic: "t", Key: fmt.Sprint("k", i%10)}
+		checker.Written(big[i].Key, big[i].ID)
+	}
+	if err := b.write(b.ctx, big...); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.WaitFor(t, "part of the transaction published", time.Minute, func() bool { return pub.acked.Load() >= 30 })
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := pub.acked.Load()
+	b2, err := OpenWAL(b.ctx, b.dsn, b.store.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	pub.setFail(nil)
+	startRelay(t, b2, pub, walRelayConfig("b"))
+	relaytest.WaitFor(t, "the whole transaction published", time.Minute, func() bool { return checker.Verify().DeliveredUnique == len(big) })
+	after := currentLSN(t, b.store.Pool())
+	relaytest.WaitFor(t, "the new relay to confirm the latest position", time.Minute, func() bool { return b.slotConfirmed(t) >= after })
+	rep := verifyChecker(t, checker)
+	if len(rep.Duplicates) > 0 {
+		t.Fatalf("%d messages published again after a graceful stop (%d acknowledged when it returned)", len(rep.Duplicates), stopped)
+	}
+}

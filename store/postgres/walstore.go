@@ -358,14 +358,14 @@ func (s *WALStore) idleLocked() bool {
 // settled for every settled message to be confirmed (see
 // outbox.PrefixConfirmer): a graceful stop of the relay publishes them
 // first, so that the position it confirms covers everything it published.
-func (s *WALStore) StopBarrier() int64 {
+func (s *WALStore) StopBarrier() (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.buf == nil || !s.active {
-		return 0
+		return 0, true
 	}
-	seq, _ := s.buf.stopBarrier()
-	return seq
+	seq, complete, _ := s.buf.stopBarrier()
+	return seq, complete
 }
 
 // Leave removes node's heartbeat and releases its leases with those
@@ -386,7 +386,7 @@ func (s *WALStore) Leave(ctx context.Context, node string, leases []outbox.Lease
 	idle := s.idleLocked()
 	var ahead int
 	if idle && s.buf != nil && s.active {
-		_, ahead = s.buf.stopBarrier()
+		_, _, ahead = s.buf.stopBarrier()
 	}
 	log := s.log
 	s.mu.Unlock()
