@@ -21,9 +21,11 @@ func newDestinationsCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "destinations create --broker URL --topic TOPIC [...]",
 		Short: "Create the streams, topics or queues the relay publishes to",
-		Long: `destinations create makes the broker ready for the relay, which never creates
-what it publishes to (a missing destination blocks its messages: they wait,
-spending no attempts, and the relay logs "destination blocked"):
+		Long: `destinations create makes the broker ready for the relay, which creates
+nothing it publishes to unless given --create-destinations (a missing
+destination blocks its messages: they wait, spending no attempts, and the
+relay logs "destination blocked"). relay --create-destinations TOPICS does
+at start what this command does, with the same settings:
 
   nats://, tls://   a JetStream stream (--stream, default OUTBOX) whose subjects
                     are the topics, or --stream-subjects; an existing stream
