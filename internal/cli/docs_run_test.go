@@ -177,7 +177,7 @@ func docGroup(text string) string {
 // scenarios and flags, on small backlogs and one run (a flag on the
 // command line beats its OUTBOX_* variable, so a documented flag stays).
 var docShortEnv = []string{
-	"OUTBOX_DURATION=2s", // demo
+	"OUTBOX_DURATION=2s",                                                                                                      // demo
 	"OUTBOX_MESSAGES=300", "OUTBOX_RUNS=1", "OUTBOX_STEADY_DURATION=1s", "OUTBOX_STEADY_WARMUP=0s", "OUTBOX_IDLE_DURATION=1s", // bench
 }
 
@@ -654,4 +654,3 @@ VALUES ('0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d', 0, 'orders.created', 'customer-4
 	}
 	return e
 }
-
