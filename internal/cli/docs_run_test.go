@@ -177,8 +177,10 @@ func docGroup(text string) string {
 // scenarios and flags, on small backlogs and one run (a flag on the
 // command line beats its OUTBOX_* variable, so a documented flag stays).
 var docShortEnv = []string{
-	"OUTBOX_DURATION=2s",                                                                                                      // demo
-	"OUTBOX_MESSAGES=300", "OUTBOX_RUNS=1", "OUTBOX_STEADY_DURATION=1s", "OUTBOX_STEADY_WARMUP=0s", "OUTBOX_IDLE_DURATION=1s", // bench
+	// demo
+	"OUTBOX_DURATION=2s",
+	// bench
+	"OUTBOX_MESSAGES=300", "OUTBOX_RUNS=1", "OUTBOX_STEADY_DURATION=1s", "OUTBOX_STEADY_WARMUP=0s", "OUTBOX_IDLE_DURATION=1s",
 }
 
 // docEnv is how one group's commands run.
