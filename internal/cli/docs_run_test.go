@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -195,6 +196,9 @@ type docEnv struct {
 	before func(t *testing.T, text string)
 	// check, if set, checks a command's output after it succeeded.
 	check func(t *testing.T, text, stdout string)
+	// publish, if not 0, is how many messages a relay must have published
+	// (its /metrics) before it is stopped; before writes them.
+	publish int
 }
 
 // replace adds documented → test replacements.
@@ -321,6 +325,9 @@ func (e *docEnv) run(t *testing.T, c docCommand) {
 				path = "/readyz"
 			}
 			ready = httpStatus("http://"+addr+path) == http.StatusOK
+			if ready && words[1] == "relay" && e.publish > 0 {
+				ready = publishedTotal("http://"+addr+"/metrics") >= float64(e.publish)
+			}
 		}
 		kill(syscall.SIGTERM)
 	}
@@ -352,6 +359,35 @@ func httpStatus(url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// publishedTotal sums outbox_published_total at a relay's /metrics.
+func publishedTotal(url string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "outbox_published_total") {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
 
 var assignmentRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
@@ -442,10 +478,17 @@ func docSetup(t *testing.T, group, root, bin string) *docEnv {
 			"--broker …", "--broker "+nats,
 		)
 		e.env = append(e.env, "DATABASE_URL="+dsn)
-		// `dlq show ID` shows the documented ID: a dead letter of that
-		// ID (and of the documented topic) once migrate made the tables.
+		// Each relay publishes 5 messages of orders.created (to the
+		// stream ORDERS the documented `destinations create` made) before
+		// it is stopped. `dlq show ID` shows the documented ID: a dead
+		// letter of that ID (and of the documented topic) once migrate
+		// made the tables.
+		e.publish = 5
 		deadLetter := false
 		e.before = func(t *testing.T, text string) {
+			if strings.HasPrefix(text, "outbox relay") {
+				write(t, dsn, messages("orders.created", e.publish, 3))
+			}
 			if strings.Contains(text, "outbox dlq") && !deadLetter {
 				deadLetter = true
 				testenv.ExecPostgres(t, dsn, `INSERT INTO outbox_dead_letters (id, partition, topic, key, payload, created_at, attempts, last_error, failed_at)

@@ -87,6 +87,7 @@ While it runs it serves on --http-addr:
   /         the web console, with --console (see outbox console --help)
 Port 0 picks a free port; the address is logged ("http listening").`,
 		Example: `  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222
+  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222 --create-destinations 'orders.>' --stream ORDERS
   OUTBOX_STORE=postgres://… OUTBOX_BROKER=nats://… outbox relay --workers 8 --log-format json`,
 		Args: cobra.NoArgs,
 	}
