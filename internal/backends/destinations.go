@@ -28,6 +28,9 @@ import (
 // default it documents.
 type DestinationSpec struct {
 	Topics []string
+	// TopicsFlag names the setting that gave Topics, for errors (default
+	// --topic; the relay's is --create-destinations).
+	TopicsFlag string
 
 	// NATS JetStream: one stream named Stream (default "OUTBOX") whose
 	// subjects are Subjects (default: the topics, with the prefix), with
@@ -80,9 +83,12 @@ func CreateDestinations(ctx context.Context, rawURL string, o BrokerOptions, spe
 	if err != nil {
 		return nil, err
 	}
+	if spec.TopicsFlag == "" {
+		spec.TopicsFlag = "--topic"
+	}
 	for _, t := range spec.Topics {
 		if err := outbox.ValidateTopic(strings.NewReplacer("*", "x", ">", "x", "#", "x").Replace(t)); err != nil {
-			return nil, Invalid("--topic", "%q: %v", t, err)
+			return nil, Invalid(spec.TopicsFlag, "%q: %v", t, err)
 		}
 	}
 	prefixed := make([]string, len(spec.Topics))
@@ -115,7 +121,7 @@ func createNATS(ctx context.Context, u *url.URL, o BrokerOptions, spec Destinati
 		cfg.Subjects = topics
 	}
 	if len(cfg.Subjects) == 0 {
-		return nil, Invalid("--topic", "give the topics (or --subjects) the stream must cover, such as --topic 'orders.>'")
+		return nil, Invalid(spec.TopicsFlag, "give the topics (or --stream-subjects) the stream must cover, such as %s 'orders.>'", spec.TopicsFlag)
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
@@ -188,7 +194,7 @@ func natsDetail(c jetstream.StreamConfig) string {
 
 func createKafka(ctx context.Context, u *url.URL, o BrokerOptions, spec DestinationSpec, topics []string) ([]DestinationResult, error) {
 	if len(topics) == 0 {
-		return nil, Invalid("--topic", "give the topics to create, such as --topic orders.created")
+		return nil, Invalid(spec.TopicsFlag, "give the topics to create, such as %s orders.created", spec.TopicsFlag)
 	}
 	if spec.Partitions < 0 || spec.ReplicationFactor < 0 {
 		return nil, Invalid("--kafka-partitions", "and --kafka-replication-factor must not be negative (0: the brokers' defaults)")
@@ -242,7 +248,7 @@ func createKafka(ctx context.Context, u *url.URL, o BrokerOptions, spec Destinat
 
 func createRabbitMQ(ctx context.Context, u *url.URL, o BrokerOptions, spec DestinationSpec, topics []string) ([]DestinationResult, error) {
 	if len(topics) == 0 {
-		return nil, Invalid("--topic", "give the topics the queue must receive (binding keys), such as --topic 'orders.#'")
+		return nil, Invalid(spec.TopicsFlag, "give the topics the queue must receive (binding keys), such as %s 'orders.#'", spec.TopicsFlag)
 	}
 	amqpURL, ropts, err := rabbitmq.ParseURL(u.String())
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outboxrelay/outbox/internal/backends"
 )
@@ -20,9 +21,11 @@ func newDestinationsCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "destinations create --broker URL --topic TOPIC [...]",
 		Short: "Create the streams, topics or queues the relay publishes to",
-		Long: `destinations create makes the broker ready for the relay, which never creates
-what it publishes to (a missing destination blocks its messages: they wait,
-spending no attempts, and the relay logs "destination blocked"):
+		Long: `destinations create makes the broker ready for the relay, which creates
+nothing it publishes to unless given --create-destinations (a missing
+destination blocks its messages: they wait, spending no attempts, and the
+relay logs "destination blocked"). relay --create-destinations TOPICS does
+at start what this command does, with the same settings:
 
   nats://, tls://   a JetStream stream (--stream, default OUTBOX) whose subjects
                     are the topics, or --stream-subjects; an existing stream
@@ -68,17 +71,7 @@ func newDestinationsCreateCommand(a *app) *cobra.Command {
 	fs.StringVar(&broker, "broker", "", "broker URL, such as "+brokerExample)
 	fs.StringVar(&prefix, "subject-prefix", "", "the relay's --subject-prefix, put before every topic")
 	fs.StringSliceVar(&spec.Topics, "topic", nil, "a topic the relay publishes (repeat or separate with commas; NATS wildcards * and > and AMQP # are allowed)")
-	fs.StringVar(&spec.Stream, "stream", "", "NATS: the stream's name (default "+backends.DestinationStreamDefault+")")
-	fs.StringSliceVar(&spec.Subjects, "stream-subjects", nil, "NATS: the stream's subjects (default: the topics)")
-	fs.StringVar(&spec.Retention, "stream-retention", "", "NATS: limits (default), interest or workqueue")
-	fs.IntVar(&spec.Replicas, "stream-replicas", 0, "NATS: replicas of the stream (default 1; 3 on a cluster)")
-	fs.DurationVar(&spec.DuplicateWindow, "stream-duplicate-window", 0, "NATS: how long the stream remembers message IDs to drop the relay's redeliveries (default 2m)")
-	fs.StringVar(&spec.Storage, "stream-storage", "", "NATS: file (default) or memory")
-	fs.DurationVar(&spec.MaxAge, "stream-max-age", 0, "NATS: drop messages older than this (0: keep until the stream's limits)")
-	fs.IntVar(&spec.Partitions, "kafka-partitions", 0, "Kafka: partitions of each topic (0: the brokers' default)")
-	fs.IntVar(&spec.ReplicationFactor, "kafka-replication-factor", 0, "Kafka: replication factor of each topic (0: the brokers' default)")
-	fs.StringVar(&spec.Queue, "queue", "", "RabbitMQ: the queue bound to the exchange (default: the exchange's name)")
-	fs.StringVar(&spec.QueueType, "queue-type", "", "RabbitMQ: classic (default) or quorum")
+	addDestinationSpecFlags(fs, &spec)
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of text")
 	security.add(fs)
 	timeoutFlag(fs, &timeout)
@@ -115,4 +108,38 @@ func newDestinationsCreateCommand(a *app) *cobra.Command {
 		return tw.Flush()
 	})
 	return cmd
+}
+
+// addDestinationSpecFlags adds the settings of what `destinations create`
+// and `relay --create-destinations` create (all but the topics) to fs.
+func addDestinationSpecFlags(fs *pflag.FlagSet, spec *backends.DestinationSpec) {
+	fs.StringVar(&spec.Stream, "stream", "", "NATS: the stream's name (default "+backends.DestinationStreamDefault+")")
+	fs.StringSliceVar(&spec.Subjects, "stream-subjects", nil, "NATS: the stream's subjects (default: the topics)")
+	fs.StringVar(&spec.Retention, "stream-retention", "", "NATS: limits (default), interest or workqueue")
+	fs.IntVar(&spec.Replicas, "stream-replicas", 0, "NATS: replicas of the stream (default 1; 3 on a cluster)")
+	fs.DurationVar(&spec.DuplicateWindow, "stream-duplicate-window", 0, "NATS: how long the stream remembers message IDs to drop the relay's redeliveries (default 2m)")
+	fs.StringVar(&spec.Storage, "stream-storage", "", "NATS: file (default) or memory")
+	fs.DurationVar(&spec.MaxAge, "stream-max-age", 0, "NATS: drop messages older than this (0: keep until the stream's limits)")
+	fs.IntVar(&spec.Partitions, "kafka-partitions", 0, "Kafka: partitions of each topic (0: the brokers' default)")
+	fs.IntVar(&spec.ReplicationFactor, "kafka-replication-factor", 0, "Kafka: replication factor of each topic (0: the brokers' default)")
+	fs.StringVar(&spec.Queue, "queue", "", "RabbitMQ: the queue bound to the exchange (default: the exchange's name)")
+	fs.StringVar(&spec.QueueType, "queue-type", "", "RabbitMQ: classic (default) or quorum")
+}
+
+// createRelayDestinations is `relay --create-destinations`: before the
+// relay opens its publisher, it creates what it publishes to as
+// `outbox destinations create` does, and logs each thing created or found.
+func (a *app) createRelayDestinations(ctx context.Context, broker string, o backends.BrokerOptions, spec backends.DestinationSpec) error {
+	spec.TopicsFlag = a.flagRef("create-destinations")
+	res, err := backends.CreateDestinations(ctx, broker, o, spec)
+	if err != nil {
+		if backends.IsConfigError(err) {
+			return err
+		}
+		return fmt.Errorf("%s: %w", a.flagRef("create-destinations"), err)
+	}
+	for _, r := range res {
+		a.log.Info("destination "+r.Action, "kind", r.Kind, "name", r.Name, "settings", r.Detail)
+	}
+	return nil
 }

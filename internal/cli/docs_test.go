@@ -115,8 +115,10 @@ func shellWords(s string) []string {
 // error (exit 2) fails the test, as a renamed flag, scenario or subcommand
 // would. Placeholders (…, $DATABASE_URL) become unreachable local URLs.
 // Commands that need Docker, systemd or root (docker, systemctl,
-// journalctl, install) and the build commands (which deploy_test and the
-// test script run) are listed as skipped, not run.
+// journalctl, install) and the build commands are listed as skipped, not
+// run. TestDocumentedCommandsRun (docs_run_test.go) runs them all, to the
+// end, against servers it starts; this test is the quick check of the
+// same commands' flags.
 func TestDocumentedCommandsParse(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{

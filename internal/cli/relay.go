@@ -57,6 +57,8 @@ type relayFlags struct {
 	console         consoleFlags
 	otel            otelFlags
 	cloudEvents     ceFlags
+
+	createDestinations backends.DestinationSpec // Topics from --create-destinations
 }
 
 const brokerExample = "nats://localhost:4222"
@@ -85,6 +87,7 @@ While it runs it serves on --http-addr:
   /         the web console, with --console (see outbox console --help)
 Port 0 picks a free port; the address is logged ("http listening").`,
 		Example: `  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222
+  outbox relay --store postgres://app@localhost:5432/app --broker nats://localhost:4222 --create-destinations 'orders.>' --stream ORDERS
   OUTBOX_STORE=postgres://… OUTBOX_BROKER=nats://… outbox relay --workers 8 --log-format json`,
 		Args: cobra.NoArgs,
 	}
@@ -112,6 +115,8 @@ Port 0 picks a free port; the address is logged ("http listening").`,
 	f.console.add(fs, "console-")
 	f.otel.add(fs)
 	f.cloudEvents.add(fs)
+	fs.StringSliceVar(&f.createDestinations.Topics, "create-destinations", nil, "at start, create what the relay publishes these topics to, as `outbox destinations create --topic` does (a NATS stream, Kafka topics, a RabbitMQ exchange, queue and bindings), with the --stream…, --kafka-… and --queue… settings; what exists is left as it is (default: create nothing)")
+	addDestinationSpecFlags(fs, &f.createDestinations)
 
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		return a.runRelay(ctx, cmd, &f)
@@ -298,6 +303,11 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		// Capture wal: a setting to change or a lost slot stops the relay
 		// here, with what to do, rather than in every lease round.
 		if err := c.Check(openCtx); err != nil {
+			return err
+		}
+	}
+	if len(f.createDestinations.Topics) > 0 {
+		if err := a.createRelayDestinations(openCtx, f.broker, brokerOpts, f.createDestinations); err != nil {
 			return err
 		}
 	}

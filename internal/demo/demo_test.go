@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outbox"
 
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
@@ -250,5 +253,26 @@ func TestSummaryVerdict(t *testing.T) {
 				t.Errorf("summary lacks %q or the order violations line:\n%s", c.rateLine, out.String())
 			}
 		})
+	}
+}
+
+// TestRelayOrdersAcrossTopics: the consumer checks a customer's order
+// across the three topics of its events, so the relay must keep a key's
+// order across topics (the relay's default scope orders each topic alone).
+func TestRelayOrdersAcrossTopics(t *testing.T) {
+	cfg := relayConfig(Options{Workers: 2}, slog.New(slog.DiscardHandler), &counters{})
+	if cfg.OrderScope != outbox.OrderScopeKey {
+		t.Fatalf("the demo relay's OrderScope is %q; its consumer checks order across topics and needs %q", cfg.OrderScope, outbox.OrderScopeKey)
+	}
+	msgs, err := orderMessages(order{Customer: "c"}, eventsPerOrder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics := map[string]bool{}
+	for _, m := range msgs {
+		topics[m.Topic] = true
+	}
+	if len(topics) < 2 {
+		t.Fatalf("an order's events go to %d topic(s); this test assumes several", len(topics))
 	}
 }
