@@ -118,6 +118,9 @@ the stream to time each message's arrival).`,
 	fs.BoolVar(&statements, "statements", false, "print each scenario's top statements by total time (pg_stat_statements over the timed span; on the bench's own server; --json always has them)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object per scenario instead of the table")
 	fs.StringVar(&plotFile, "plot", "", "also draw throughput per scenario and the workers scaling curve into this SVG file")
+	fs.StringVar(&o.BrokerProcess, "broker-process", bench.BrokerNATSServer, "the broker process started without --broker: nats-server (the binary on PATH) or embedded (the NATS server this binary embeds)")
+	fs.StringVar(&o.SteadyConsumer, "steady-consumer", bench.ConsumerDurable, "the JetStream consumer the steady/ORDERING@RATE scenarios receive with: durable (pull, explicit acks) or ordered (ephemeral)")
+	fs.StringVar(&o.RelayProfile, "relay-cpuprofile", "", "run the steady/ORDERING@RATE scenarios' relay with --pprof and write its CPU profile over the measured span to PREFIX-SCENARIO.pprof")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file; samples are labelled scenario=NAME and phase=timed|untimed (go tool pprof -top -tagfocus=phase=timed FILE)")
 
 	cmd.AddCommand(newBenchBrokerCommand(a))
