@@ -135,12 +135,14 @@ func drainTargets(r *Report) []Target {
 }
 
 // machineCPU is the CPU per message of PostgreSQL, the broker and the
-// relay processes together, or -1 when one of them was not measured.
+// relay processes together (without the broker when it is not the bench's
+// process: not measured), or -1 when PostgreSQL's or the relays' was not
+// measured.
 func machineCPU(c *ProcessCPU) float64 {
-	if c == nil || c.Postgres < 0 || c.Broker < 0 || c.Relay < 0 {
+	if c == nil || c.Postgres < 0 || c.Relay < 0 {
 		return -1
 	}
-	return c.Postgres + c.Broker + c.Relay
+	return c.Postgres + max(0, c.Broker) + c.Relay
 }
 
 // loadTargets are issue #12's targets on the steady and idle scenarios
