@@ -80,8 +80,8 @@ type queries struct {
 	fetch      string
 	marked     string // markedFetchSQL
 	unsettled  string
-	claimRecent string
-	claimOlder  string
+	claimNew   string
+	claimOld   string
 	cleanup    string
 	requeueIns string // prefix; the filter is appended
 }
@@ -192,14 +192,14 @@ CROSS JOIN LATERAL (
 
 	// The seeds' claim: an index scan on the primary key (UUIDv7, so
 	// roughly oldest first), skipping rows other claims hold, over the IDs
-	// from $3 on (claimRecent) or below $3 (claimOlder; see ClaimUnordered).
+	// from $3 on (claimNew) or below $3 (claimOld; see ClaimUnordered).
 	// It runs with bitmap and sequential scans off (claimPlan), so the plan
 	// is always
 	//
 	//	Limit
 	//	  ->  LockRows
 	//	        ->  Index Scan using <messages>_pkey on <messages> m
-	//	              Index Cond: (id >= $3)     (claimOlder: id < $3)
+	//	              Index Cond: (id >= $3)     (claimOld: id < $3)
 	//	              Filter: ((published_at IS NULL) AND …)
 	//
 	// which starts at $3 (or at the lowest ID) and stops after $1 rows,
@@ -216,8 +216,8 @@ ORDER BY m.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
 	}
-	q.claimRecent = claim(`m.id >= $3::uuid`)
-	q.claimOlder = claim(`m.id < $3::uuid`)
+	q.claimNew = claim(`m.id >= $3::uuid`)
+	q.claimOld = claim(`m.id < $3::uuid`)
 
 	// Batched retention cleanup on the partial published index.
 	q.cleanup = `DELETE FROM ` + n.messages + ` WHERE id IN (

@@ -49,10 +49,10 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (o
 	}
 	now := time.Now()
 	bound := uuidAt(now.Add(-claimRecent))
-	recs, err := s.claimRange(ctx, tx, s.q.claimRecent, limit, skip, bound, true)
+	recs, err := s.claimRange(ctx, tx, s.q.claimNew, limit, skip, bound, true)
 	if err == nil && len(recs) < limit && s.claims.olderDue(now, len(recs) == 0) {
 		var older []outbox.Record
-		older, err = s.claimRange(ctx, tx, s.q.claimOlder, limit-len(recs), skip, bound, false)
+		older, err = s.claimRange(ctx, tx, s.q.claimOld, limit-len(recs), skip, bound, false)
 		if len(older) == limit-len(recs) {
 			s.claims.olderFull() // a backlog: look there again next time
 		}
@@ -96,8 +96,8 @@ func uuidAt(t time.Time) pgtype.UUID {
 	return u
 }
 
-// claimRange locks up to limit claimable records with query (claimRecent
-// or claimOlder, split at bound) in tx; plan first sets the claim's plan
+// claimRange locks up to limit claimable records with query (claimNew
+// or claimOld, split at bound) in tx; plan first sets the claim's plan
 // for the transaction (the first call in it).
 func (s *Store) claimRange(ctx context.Context, tx pgx.Tx, query string, limit int, skip []string, bound pgtype.UUID, plan bool) ([]outbox.Record, error) {
 	b := &pgx.Batch{}
