@@ -200,6 +200,12 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	r := newRun(n, elapsed)
 	var failed float64
 	for i, rp := range relays {
+		// A relay started last on a loaded machine may not be up yet when
+		// the others have drained everything: a SIGTERM before it handles
+		// signals would end it with "signal: terminated".
+		if err := waitServing(ctx, rp); err != nil {
+			return r, err
+		}
 		m, err := rp.scrape(ctx)
 		if err != nil {
 			return r, err
@@ -278,4 +284,20 @@ func (e *Env) profileRelay(ctx context.Context, relay *relayProc, warmup, d time
 		}()
 	}()
 	return func() error { return <-done }
+}
+
+// waitServing waits until the relay process serves its metrics (its
+// signal handling is in place by then).
+func waitServing(ctx context.Context, relay *relayProc) error {
+	ready, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err := pollUntil(ready, "wait for the relay process", func() (bool, int64, error) {
+		m, err := relay.scrape(ready)
+		_, up := m["outbox_fetched_total"] // exported from the start
+		return up, 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("bench: the %s process did not serve its metrics within %v: %w%s", relay.name, readyTimeout, err, relay.lastWords())
+	}
+	return nil
 }
