@@ -118,8 +118,13 @@ const (
 
 	// SettleIntervalDefault is how long acknowledged messages may wait to
 	// be marked settled, so that one statement settles those of many
-	// publishes (and of every worker).
-	SettleIntervalDefault = 20 * time.Millisecond
+	// publishes (and of every worker). At 100 transactions a second a
+	// settle every 100 ms instead of 20 wrote 4.3 × fewer settle
+	// statements (each a commit, so a WAL flush) and cut the relay's CPU
+	// per message by a tenth (issue #25); it delays no delivery, and a
+	// crash republishes at most this much more. The default is a fifth of
+	// PublishTimeout when that is less (SettleInterval must stay below it).
+	SettleIntervalDefault = 100 * time.Millisecond
 
 	MaxAttemptsDefault = 10
 	MaxAttemptsMax     = 1000
@@ -251,7 +256,7 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.StoreRetryMin = cmp.Or(c.StoreRetryMin, StoreRetryMinDefault)
 	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
-	c.SettleInterval = cmp.Or(c.SettleInterval, SettleIntervalDefault)
+	c.SettleInterval = cmp.Or(c.SettleInterval, max(time.Millisecond, min(SettleIntervalDefault, c.PublishTimeout/5)))
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, max(BackoffMaxDefault, c.BackoffMin))

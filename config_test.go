@@ -44,3 +44,21 @@ func TestRelayUsesRetryPolicy(t *testing.T) {
 		t.Fatalf("RetryPolicy asked with %v, want [1 2 3]", asked)
 	}
 }
+
+// SettleInterval defaults to SettleIntervalDefault, or to a fifth of a
+// PublishTimeout too short for it (it must stay below PublishTimeout).
+func TestSettleIntervalDefault(t *testing.T) {
+	if got := (outbox.Config{}).WithDefaults().SettleInterval; got != outbox.SettleIntervalDefault {
+		t.Errorf("default SettleInterval %v, want %v", got, outbox.SettleIntervalDefault)
+	}
+	c := outbox.Config{PublishTimeout: 100 * time.Millisecond}.WithDefaults()
+	if c.SettleInterval != 20*time.Millisecond {
+		t.Errorf("SettleInterval %v with PublishTimeout 100ms, want 20ms", c.SettleInterval)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults with PublishTimeout 100ms: %v", err)
+	}
+	if got := (outbox.Config{SettleInterval: 7 * time.Millisecond}).WithDefaults().SettleInterval; got != 7*time.Millisecond {
+		t.Errorf("SettleInterval set to 7ms became %v", got)
+	}
+}

@@ -34,6 +34,10 @@ fi
 if [ ! -x /usr/sbin/mariadbd ] || [ ! -x /usr/bin/mariadb-install-db ]; then
   apt_install mariadb-server
 fi
+# internal/bench: `outbox bench` runs nats-server as its broker process.
+if ! command -v nats-server >/dev/null 2>&1; then
+  apt_install nats-server
+fi
 if ! command -v redis-server >/dev/null 2>&1; then
   apt_install redis-server # broker/redis and the e2e tests start their own
 fi

@@ -246,6 +246,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"steady-duration": {SteadyDuration: -time.Second},
 		"idle-duration":   {IdleDuration: -time.Second},
 		"fast-db":         {FastDB: true, Store: "postgres://localhost/db"},
+		"broker-process":  {BrokerProcess: "docker"},
+		"steady-consumer": {SteadyConsumer: "push"},
 	}
 	for flag, o := range cases {
 		err := o.WithDefaults().Validate()
@@ -319,6 +321,11 @@ func checkLoad(t *testing.T, res *Result) {
 	if l.Messages == 0 || !(l.P99 >= l.P50) || !(l.Max >= l.P99) || !(l.Achieved > 0) || !(l.AchievedAlone > 0) || l.PerTx != SteadyPerTx {
 		t.Errorf("%s: %+v: want messages measured, p50 <= p99 <= max, both rates and %d messages per transaction", res.Scenario, *l, SteadyPerTx)
 	}
+	// Received by a durable consumer, routed to a core subscription
+	// first: a message is stored (and so delivered) after it is routed.
+	if !strings.Contains(l.Consumer, "durable") || !(l.RoutedP50 > 0) || !(l.RoutedMax >= l.RoutedP99 && l.RoutedP99 >= l.RoutedP50) {
+		t.Errorf("%s: consumer %q, routed p50/p99/max %v/%v/%v: want a durable consumer and the routed latencies in order", res.Scenario, l.Consumer, l.RoutedP50, l.RoutedP99, l.RoutedMax)
+	}
 	if len(res.Details) != 1 || res.Details[0].Left != 0 || res.Details[0].Stored != int64(res.Details[0].Messages) {
 		t.Errorf("%s: runs %+v, want one that left nothing behind and stored every message", res.Scenario, res.Details)
 	}
@@ -391,8 +398,8 @@ func TestOwnServerAndBroker(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if rep.DB != DBDurable || !strings.Contains(rep.Store, "fsync=on") || !strings.Contains(rep.Broker, "broker-process") {
-		t.Errorf("db %q, store %q, broker %q: want a durable throwaway server and the broker process", rep.DB, rep.Store, rep.Broker)
+	if rep.DB != DBDurable || !strings.Contains(rep.Store, "fsync=on") || !strings.Contains(rep.Broker, "a process of its own: nats-server v") {
+		t.Errorf("db %q, store %q, broker %q: want a durable throwaway server and nats-server as the broker process", rep.DB, rep.Store, rep.Broker)
 	}
 	for _, res := range rep.Results {
 		if res.DB != DBDurable || len(res.Details) != 1 {
@@ -415,5 +422,31 @@ func TestOwnServerAndBroker(t *testing.T) {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, b.String())
 		}
+	}
+}
+
+// TestEmbeddedBrokerProcess runs a scenario with the broker process of
+// --broker-process embedded: the bench's binary as `outbox bench
+// broker-process`, whose CPU is measured as the broker's.
+func TestEmbeddedBrokerProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, children(Options{
+		Store: testenv.PostgresDSN(t), BrokerProcess: BrokerEmbedded,
+		Messages: 500, Keys: 20, Batch: 50, Workers: 2, Runs: 1,
+		Scenarios: []string{RelayKeyName},
+	}))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !strings.Contains(rep.Broker, "broker-process, embedded nats-server v") {
+		t.Errorf("broker %q: want the embedded broker process", rep.Broker)
+	}
+	res := rep.Result(RelayKeyName)
+	if res == nil || res.Err != "" || len(res.Details) != 1 {
+		t.Fatalf("%s: %+v, want one run", RelayKeyName, res)
+	}
+	if r := res.Details[0]; runtime.GOOS == "linux" && !(r.CPU != nil && r.CPU.Broker > 0) {
+		t.Errorf("CPU %+v, want the broker process measured", r.CPU)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -47,12 +48,21 @@ type Broker struct {
 	reset func(ctx context.Context) error
 	count func(ctx context.Context) (int64, error)
 	// receive, if set, calls got with the message ID of every message
-	// published to the destination from now on, until stop is called.
+	// the destination stores from now on, as a consumer of it receives
+	// them (a JetStream consumer of the kind Options.SteadyConsumer, on a
+	// connection of its own), until stop is called. route, if set, does
+	// the same with the messages as the broker routes them (a core
+	// subscription on the stream's subjects: before the stream's
+	// consumers see them).
 	receive func(got func(id string)) (stop func(), err error)
-	close   func()
+	route   func(got func(id string)) (stop func(), err error)
+	// Consumer describes what receive is ("durable JetStream consumer").
+	Consumer string
+	close    func()
 	// proc is the broker process the bench started, nil for an external
-	// broker.
+	// broker; dir, if set, is its storage directory, removed after it.
 	proc *child
+	dir  string
 }
 
 // brokerSetup opens the bench's destination on the broker at rawURL.
@@ -118,6 +128,9 @@ func (b *Broker) Close() {
 	if b.proc != nil {
 		_ = b.proc.stop()
 	}
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
 }
 
 // OpenBroker opens the broker of rawURL: "" starts a broker process (the
@@ -130,17 +143,31 @@ func (b *Broker) Close() {
 // without resets or counts. o.AMQPQueueType is the type of the queue
 // declared on RabbitMQ.
 func OpenBroker(ctx context.Context, rawURL string, o Options) (*Broker, error) {
-	if rawURL == "" {
+	if rawURL == "" && o.BrokerProcess == BrokerEmbedded {
 		proc, clientURL, err := startBrokerProcess(ctx, o)
 		if err != nil {
 			return nil, err
 		}
-		b, err := openNATS(ctx, clientURL, "nats (a process of its own: outbox bench broker-process, embedded nats-server, JetStream file storage)")
+		b, err := openNATS(ctx, clientURL, "nats (a process of its own: outbox bench broker-process, embedded nats-server "+embeddedNATSVersion()+", JetStream file storage)", o)
 		if err != nil {
 			_ = proc.stop()
 			return nil, err
 		}
 		b.proc = proc
+		return b, nil
+	}
+	if rawURL == "" {
+		proc, clientURL, dir, version, err := startNATSServer(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		b, err := openNATS(ctx, clientURL, "nats (a process of its own: nats-server "+version+", JetStream file storage, default sync)", o)
+		if err != nil {
+			_ = proc.stop()
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		b.proc, b.dir = proc, dir
 		return b, nil
 	}
 	if err := backends.CheckBrokerURL(rawURL, backends.BrokerOptions{}); err != nil {
@@ -181,18 +208,18 @@ func startBrokerProcess(ctx context.Context, o Options) (*child, string, error) 
 	}
 }
 
-func openNATSURL(ctx context.Context, rawURL string, _ Options) (*Broker, error) {
+func openNATSURL(ctx context.Context, rawURL string, o Options) (*Broker, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, backends.Invalid(backends.BrokerFlag, "is not a valid URL: %v", err)
 	}
-	return openNATS(ctx, rawURL, "nats ("+redact.URL(u.String())+", JetStream file storage)")
+	return openNATS(ctx, rawURL, "nats ("+redact.URL(u.String())+", JetStream file storage)", o)
 }
 
 // openNATS connects to the NATS server at url and creates the bench's
 // stream: file storage, deduplication on, subjects under a prefix of its
 // own so that it disturbs nothing else on the server.
-func openNATS(ctx context.Context, url, name string) (*Broker, error) {
+func openNATS(ctx context.Context, url, name string, o Options) (*Broker, error) {
 	suffix := randomHex(4)
 	stream := "OUTBOX_BENCH_" + strings.ToUpper(suffix)
 	prefix := "outbox_bench_" + suffix + "."
@@ -240,9 +267,13 @@ func openNATS(ctx context.Context, url, name string) (*Broker, error) {
 			}
 			return int64(info.State.Msgs), nil
 		},
-		// A core subscription on the stream's subjects gets every message
-		// the stream takes, as the server routes it: commit→receive.
+		Consumer: consumerText(o.SteadyConsumer),
 		receive: func(got func(id string)) (func(), error) {
+			return consume(url, stream, o.SteadyConsumer, got)
+		},
+		// A core subscription on the stream's subjects gets every message
+		// the stream takes, as the server routes it.
+		route: func(got func(id string)) (func(), error) {
 			sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) { got(m.Header.Get(outbox.HeaderID)) })
 			if err != nil {
 				return nil, fmt.Errorf("bench: subscribe to %s>: %w", prefix, err)

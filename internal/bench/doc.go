@@ -99,10 +99,18 @@
 // # Broker
 //
 // Without --broker the bench starts its broker as a process of its own:
-// its binary re-executed as `outbox bench broker-process` (hidden), which
-// runs the embedded nats-server (the same server the Debian package
-// ships, as a Go library) with JetStream file storage in a temporary
-// directory and prints its client URL. With --broker nats://… the bench
+// the nats-server binary on PATH (Options.BrokerProcess BrokerNATSServer,
+// the default: Debian's package, as users run it), with a configuration
+// file that sets only its address and a JetStream store directory in a
+// temporary directory (file storage, the server's default sync), or, with
+// BrokerEmbedded, its binary re-executed as `outbox bench broker-process`
+// (hidden), which runs the nats-server module it embeds with JetStream
+// file storage in a temporary directory and prints its client URL. The
+// steady/ORDERING@RATE scenarios receive every message with a JetStream
+// consumer on a connection of their own (durable, explicit acks, or
+// ordered: Options.SteadyConsumer) and, beside it, with a core
+// subscription on the stream's subjects (commit→routed: before the stream
+// stores the message). With --broker nats://… the bench
 // uses that server instead: the broker's CPU is then not measured (it may
 // run elsewhere), and the figures compare with the embedded broker's as
 // one nats-server with file storage against another (version, storage

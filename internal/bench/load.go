@@ -32,6 +32,16 @@ type Load struct {
 	P95 float64 `json:"p95_ms"`
 	P99 float64 `json:"p99_ms"`
 	Max float64 `json:"max_ms"`
+	// Consumer is the JetStream consumer P50 … Max are measured with
+	// (Options.SteadyConsumer). RoutedP50 … RoutedMax are commit→routed
+	// over the same messages: to a core subscription on the stream's
+	// subjects of the same process, which the broker serves as it routes
+	// the relay's publish, before the stream stores it and its consumers
+	// see it.
+	Consumer  string  `json:"consumer"`
+	RoutedP50 float64 `json:"routed_p50_ms"`
+	RoutedP99 float64 `json:"routed_p99_ms"`
+	RoutedMax float64 `json:"routed_max_ms"`
 	// Core is each process's CPU over the measured span with the relay
 	// running, in percent of one core; Alone the same with the producers
 	// alone (no relay). -1: not measured.
@@ -167,13 +177,13 @@ func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.D
 // message committed after the warm-up, once every message was received
 // and the outbox is empty.
 func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration) (*Load, RunResult, error) {
-	return steadyLoad(ctx, env, k, ordering, rate, warmup, d, false)
+	return steadyLoad(ctx, env, k, ordering, rate, warmup, d, false, fmt.Sprintf("steady/%s@%d", ordering, rate))
 }
 
 // steadyLoad is SteadyLoad; with hold, one idle transaction holding a
 // transaction ID is opened once the relay is ready and stays open until
 // every message was received and the dead tuples were read (holdXmin).
-func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration, hold bool) (*Load, RunResult, error) {
+func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration, hold bool, name string) (*Load, RunResult, error) {
 	if env.Broker.receive == nil {
 		return nil, RunResult{}, fmt.Errorf("bench: the steady scenarios measure commit→receive with a subscriber on the broker, which the bench has for NATS only (--broker %s)", scheme(env.Broker.url))
 	}
@@ -195,7 +205,7 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		return nil, RunResult{}, err
 	}
 	env.meter.setPhase("starting the relay")
-	relay, err := env.startRelay(ctx, ordering, k, "bench-steady")
+	relay, err := env.startRelay(ctx, ordering, k, "bench-steady", env.opts.RelayProfile != "")
 	if err != nil {
 		return nil, RunResult{}, err
 	}
@@ -213,16 +223,33 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	}
 	perTx, txs, _ := txShape(rate, SteadyPerTx, warmup+d)
 	n := perTx * txs
-	lat := newLatencies(n)
+	lat, routed := newLatencies(n), newLatencies(n)
 	stop, err := env.Broker.receive(func(id string) { lat.acked([]string{id}, time.Now()) })
 	if err != nil {
 		return nil, RunResult{}, err
 	}
 	defer stop()
+	if env.Broker.route != nil {
+		stopRoute, err := env.Broker.route(func(id string) { routed.acked([]string{id}, time.Now()) })
+		if err != nil {
+			return nil, RunResult{}, err
+		}
+		defer stopRoute()
+	}
 	env.meter.start("producing", n)
-	lat.setFrom(time.Now().Add(warmup))
-	u, span, spanN, err := loadSpan(ctx, env, k, rate, warmup, d, relay, lat.committed)
+	from := time.Now().Add(warmup)
+	lat.setFrom(from)
+	routed.setFrom(from)
+	committed := func(ids []string, t time.Time) {
+		lat.committed(ids, t)
+		routed.committed(ids, t)
+	}
+	profiled := env.profileRelay(ctx, relay, warmup, d, name)
+	u, span, spanN, err := loadSpan(ctx, env, k, rate, warmup, d, relay, committed)
 	if err != nil {
+		return nil, RunResult{}, err
+	}
+	if err := profiled(); err != nil {
 		return nil, RunResult{}, err
 	}
 	env.meter.setPhase("draining")
@@ -266,6 +293,11 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		return nil, r, err
 	}
 	l.Messages, l.P50, l.P95, l.P99, l.Max = measured.Messages, measured.P50, measured.P95, measured.P99, measured.Max
+	l.Consumer = env.Broker.Consumer
+	if env.Broker.route != nil {
+		r := routed.summary()
+		l.RoutedP50, l.RoutedP99, l.RoutedMax = r.P50, r.P99, r.Max
+	}
 	l.Seconds = span.Seconds()
 	l.Achieved = float64(spanN) / span.Seconds()
 	l.Core = coreShare(u, span, benchProduces)
@@ -323,7 +355,7 @@ func Idle(ctx context.Context, env *Env, k Knobs, d time.Duration) (*Load, error
 	if err := env.prepareOurs(ctx, k, 0); err != nil {
 		return nil, err
 	}
-	relay, err := env.startRelay(ctx, outbox.OrderingKey, k, "bench-idle")
+	relay, err := env.startRelay(ctx, outbox.OrderingKey, k, "bench-idle", false)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +410,7 @@ func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, nam
 		}
 		for _, s := range loadScenarios {
 			if s.name == name {
-				l, r, err = steadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration, s.hold)
+				l, r, err = steadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration, s.hold, s.name)
 			}
 		}
 	})

@@ -37,7 +37,7 @@ func runMySQL(ctx context.Context, o Options, names []string) (*Report, error) {
 	began := time.Now()
 	fmt.Fprintf(o.Notices, "bench: --store is MySQL: running only %s; the naive seed, ceilings, scaling and steady scenarios are PostgreSQL-only\n", strings.Join(names, ", "))
 	if o.Broker == "" {
-		fmt.Fprintln(o.Notices, "bench: no --broker given: starting a broker process (outbox bench broker-process: the embedded NATS server, JetStream file storage)")
+		fmt.Fprintln(o.Notices, brokerNotice(o))
 	}
 	broker, err := OpenBroker(ctx, o.Broker, o)
 	if err != nil {

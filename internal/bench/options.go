@@ -14,6 +14,14 @@ import (
 	"github.com/outboxrelay/outbox/store/dynamodb"
 )
 
+// Options.BrokerProcess and Options.SteadyConsumer values.
+const (
+	BrokerNATSServer = "nats-server"
+	BrokerEmbedded   = "embedded"
+	ConsumerDurable  = "durable"
+	ConsumerOrdered  = "ordered"
+)
+
 // Defaults and limits of [Options].
 const (
 	MessagesDefault = 200_000
@@ -134,6 +142,26 @@ type Options struct {
 	Executable string
 	ChildEnv   []string
 
+	// BrokerProcess is the broker process the bench starts when Broker
+	// is empty: BrokerNATSServer (the default: the `nats-server` binary on
+	// PATH, as a user runs it, with a configuration file of the bench's
+	// own that sets only the address and the JetStream store directory)
+	// or BrokerEmbedded (the bench's binary re-executed as `outbox bench
+	// broker-process`: the nats-server module the outbox binary embeds).
+	BrokerProcess string
+	// SteadyConsumer is the JetStream consumer the steady/ORDERING@RATE
+	// scenarios receive with: ConsumerDurable (the default: a durable
+	// pull consumer with explicit acks, each message acknowledged) or
+	// ConsumerOrdered (an ordered ephemeral consumer). A core
+	// subscription on the stream's subjects measures, beside it, when the
+	// broker routed each message.
+	SteadyConsumer string
+	// RelayProfile, if set, makes the steady/ORDERING@RATE scenarios run
+	// their relay with --pprof and write its CPU profile over the
+	// measured span to RelayProfile-SCENARIO.pprof (the scenario's name
+	// with "/" and "@" made "-").
+	RelayProfile string
+
 	// OutstandingBacklog is the backlog of the dynamodb/outstanding
 	// scenario's second row (default OutstandingBacklogDefault, or Messages
 	// if smaller).
@@ -177,6 +205,8 @@ func (o Options) WithDefaults() Options {
 	o.IdleDuration = cmp.Or(o.IdleDuration, IdleDurationDefault)
 	o.OutstandingBacklog = cmp.Or(o.OutstandingBacklog, min(OutstandingBacklogDefault, o.Messages))
 	o.AMQPQueueType = cmp.Or(o.AMQPQueueType, AMQPClassic)
+	o.BrokerProcess = cmp.Or(o.BrokerProcess, BrokerNATSServer)
+	o.SteadyConsumer = cmp.Or(o.SteadyConsumer, ConsumerDurable)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -234,6 +264,12 @@ func (o Options) Validate() error {
 	}
 	if o.SteadyWarmup < 0 {
 		return invalid("SteadyWarmup", "steady-warmup", "must be 0 (none) or positive, got %v", o.SteadyWarmup)
+	}
+	if o.BrokerProcess != BrokerNATSServer && o.BrokerProcess != BrokerEmbedded {
+		return invalid("BrokerProcess", "broker-process", "must be %q or %q, got %q", BrokerNATSServer, BrokerEmbedded, o.BrokerProcess)
+	}
+	if o.SteadyConsumer != ConsumerDurable && o.SteadyConsumer != ConsumerOrdered {
+		return invalid("SteadyConsumer", "steady-consumer", "must be %q or %q, got %q", ConsumerDurable, ConsumerOrdered, o.SteadyConsumer)
 	}
 	switch o.AMQPQueueType {
 	case AMQPClassic:

@@ -81,6 +81,11 @@ func startChild(ctx context.Context, o Options, name string, args, env []string)
 	if err != nil {
 		return nil, nil, err
 	}
+	return startProcess(ctx, o, name, exe, args, env)
+}
+
+// startProcess is startChild with the binary exe.
+func startProcess(ctx context.Context, o Options, name, exe string, args, env []string) (*child, <-chan string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}

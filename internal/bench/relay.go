@@ -3,8 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -38,6 +41,7 @@ func Relays(n int) ScenarioFunc {
 type relayProc struct {
 	*child
 	metrics string
+	base    string // http://127.0.0.1:PORT
 }
 
 // httpClient scrapes the relay processes' /metrics.
@@ -46,7 +50,7 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 // startRelay starts `outbox relay` from the bench's binary on the bench's
 // schema and destination (the store and broker URLs in its environment,
 // OUTBOX_STORE and OUTBOX_BROKER).
-func (e *Env) startRelay(ctx context.Context, ordering outbox.Ordering, k Knobs, node string) (*relayProc, error) {
+func (e *Env) startRelay(ctx context.Context, ordering outbox.Ordering, k Knobs, node string, pprof bool) (*relayProc, error) {
 	port, err := servers.FreePort()
 	if err != nil {
 		return nil, err
@@ -59,13 +63,16 @@ func (e *Env) startRelay(ctx context.Context, ordering outbox.Ordering, k Knobs,
 		"--node", node,
 		"--log-level", "warn",
 	}
+	if pprof {
+		args = append(args, "--pprof")
+	}
 	bargs, benv := e.Broker.relayArgs()
 	env := append([]string{"OUTBOX_STORE=" + e.DSN}, benv...)
 	c, _, err := startChild(ctx, e.opts, "relay "+node, append(args, bargs...), env)
 	if err != nil {
 		return nil, err
 	}
-	return &relayProc{child: c, metrics: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}, nil
+	return &relayProc{child: c, metrics: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics", base: "http://127.0.0.1:" + strconv.Itoa(port)}, nil
 }
 
 // scrape reads the relay's metrics; an error while its HTTP server is not
@@ -140,7 +147,7 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	var relays []*relayProc
 	defer func() { _ = stopRelays(relays) }()
 	for i := range procs {
-		r, err := env.startRelay(ctx, ordering, k, "bench-relay-"+strconv.Itoa(i+1))
+		r, err := env.startRelay(ctx, ordering, k, "bench-relay-"+strconv.Itoa(i+1), false)
 		if err != nil {
 			untimed()
 			return RunResult{}, err
@@ -193,6 +200,12 @@ func relayDrain(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	r := newRun(n, elapsed)
 	var failed float64
 	for i, rp := range relays {
+		// A relay started last on a loaded machine may not be up yet when
+		// the others have drained everything: a SIGTERM before it handles
+		// signals would end it with "signal: terminated".
+		if err := waitServing(ctx, rp); err != nil {
+			return r, err
+		}
 		m, err := rp.scrape(ctx)
 		if err != nil {
 			return r, err
@@ -227,4 +240,64 @@ func Scaling(w, messages int) ScenarioFunc {
 		k.Messages = messages
 		return RelayKey(ctx, env, k)
 	}
+}
+
+// profileRelay, with Options.RelayProfile set, takes a CPU profile of the
+// relay process (started with --pprof) over the measured span, from
+// warmup on for d, and writes it to RelayProfile-NAME.pprof; the returned
+// function waits for it. Without RelayProfile it does nothing.
+func (e *Env) profileRelay(ctx context.Context, relay *relayProc, warmup, d time.Duration, name string) (wait func() error) {
+	if e.opts.RelayProfile == "" {
+		return func() error { return nil }
+	}
+	file := e.opts.RelayProfile + "-" + strings.NewReplacer("/", "-", "@", "-").Replace(name) + ".pprof"
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(warmup):
+			}
+			secs := max(1, int(d.Round(time.Second)/time.Second))
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, relay.base+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := (&http.Client{Timeout: time.Duration(secs)*time.Second + time.Minute}).Do(req)
+			if err != nil {
+				return fmt.Errorf("bench: profile the relay: %w", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("bench: profile the relay: %s", resp.Status)
+			}
+			f, err := os.Create(file)
+			if err != nil {
+				return fmt.Errorf("bench: profile the relay: %w", err)
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				_ = f.Close()
+				return fmt.Errorf("bench: profile the relay: %w", err)
+			}
+			return f.Close()
+		}()
+	}()
+	return func() error { return <-done }
+}
+
+// waitServing waits until the relay process serves its metrics (its
+// signal handling is in place by then).
+func waitServing(ctx context.Context, relay *relayProc) error {
+	ready, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err := pollUntil(ready, "wait for the relay process", func() (bool, int64, error) {
+		m, err := relay.scrape(ready)
+		_, up := m["outbox_fetched_total"] // exported from the start
+		return up, 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("bench: the %s process did not serve its metrics within %v: %w%s", relay.name, readyTimeout, err, relay.lastWords())
+	}
+	return nil
 }

@@ -182,7 +182,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		storeName = "postgres (throwaway, " + dbText(db) + ")"
 	}
 	if o.Broker == "" {
-		fmt.Fprintln(o.Notices, "bench: no --broker given: starting a broker process (outbox bench broker-process: the embedded NATS server, JetStream file storage)")
+		fmt.Fprintln(o.Notices, brokerNotice(o))
 	}
 	broker, err := OpenBroker(ctx, o.Broker, o)
 	if err != nil {

@@ -29,6 +29,9 @@ const (
 	// second.
 	TargetIdleCorePct = 1.0
 	TargetIdleQPS     = 2.0
+	// TargetRelaysCPU bounds the CPU per message (PostgreSQL, broker and
+	// relays together) of N relay processes over one's (issue #25).
+	TargetRelaysCPU = 1.1
 )
 
 // Target units beyond × and ms.
@@ -118,7 +121,28 @@ func drainTargets(r *Report) []Target {
 			ts = append(ts, atLeast(fmt.Sprintf("%s ≥ relays/1", RelaysName(n)), ratio(RelaysName(n), RelaysName(1)), 1, "×"))
 		}
 	}
+	for _, n := range RelaysCounts[1:] {
+		if r.ran(RelaysName(1), RelaysName(n)) {
+			name := fmt.Sprintf("%s CPU/msg (PostgreSQL + broker + relays) ≤ %.1f × relays/1's", RelaysName(n), TargetRelaysCPU)
+			t := unmeasured(name, TargetRelaysCPU, "×")
+			if one, many := machineCPU(r.medianCPU(RelaysName(1))), machineCPU(r.medianCPU(RelaysName(n))); one > 0 && many > 0 {
+				t = atMost(name, many/one, TargetRelaysCPU, "×")
+			}
+			ts = append(ts, t)
+		}
+	}
 	return ts
+}
+
+// machineCPU is the CPU per message of PostgreSQL, the broker and the
+// relay processes together (without the broker when it is not the bench's
+// process: not measured), or -1 when PostgreSQL's or the relays' was not
+// measured.
+func machineCPU(c *ProcessCPU) float64 {
+	if c == nil || c.Postgres < 0 || c.Relay < 0 {
+		return -1
+	}
+	return c.Postgres + max(0, c.Broker) + c.Relay
 }
 
 // loadTargets are issue #12's targets on the steady and idle scenarios

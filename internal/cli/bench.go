@@ -65,10 +65,12 @@ binaries: durable (fsync, synchronous_commit and full_page_writes on), or
 with --fast-db fsync and full_page_writes off; pg_stat_statements is
 loaded, and each run's top statements are read (--statements prints them;
 --json always has them). Every table says which database it ran on.
-Without --broker the bench starts its broker as a process of its own (this
-binary, re-executed: the embedded NATS server, JetStream file storage), so
-that its CPU is measured apart; with --broker nats://… it uses that server
-and cannot measure its CPU. With --store the bench works in schemas of its
+Without --broker the bench starts its broker as a process of its own (the
+nats-server binary on PATH with its defaults and JetStream file storage,
+or with --broker-process embedded this binary, re-executed: the NATS
+server it embeds), so that its CPU is measured apart; with --broker
+nats://… it uses that server and cannot measure its CPU. The steady
+scenarios receive with a durable JetStream consumer (--steady-consumer). With --store the bench works in schemas of its
 own (outbox_bench_*), dropped at the end.
 
 With --store dynamodb://TABLE?endpoint=…&region=… only the DynamoDB scenarios
@@ -101,7 +103,7 @@ the stream to time each message's arrival).`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.Store, "store", "", "postgres:// URL of a database the bench may create schemas in, or dynamodb://TABLE?endpoint=…&region=… (default: a throwaway PostgreSQL server)")
-	fs.StringVar(&o.Broker, "broker", "", "broker URL, such as "+brokerExample+" (default: an embedded NATS server)")
+	fs.StringVar(&o.Broker, "broker", "", "broker URL, such as "+brokerExample+" (default: a nats-server process, see --broker-process)")
 	fs.StringVar(&o.AMQPQueueType, "amqp-queue-type", bench.AMQPClassic, "type of the bench's queue on an amqp:// broker: classic or quorum")
 	fs.IntVar(&o.Messages, "messages", bench.MessagesDefault, fmt.Sprintf("backlog of each drain scenario (%d with a dynamodb:// store unless given)", bench.DynamoMessagesDefault))
 	fs.IntVar(&o.Payload, "payload", bench.PayloadDefault, "payload size in bytes (a JSON document)")
@@ -118,6 +120,9 @@ the stream to time each message's arrival).`,
 	fs.BoolVar(&statements, "statements", false, "print each scenario's top statements by total time (pg_stat_statements over the timed span; on the bench's own server; --json always has them)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object per scenario instead of the table")
 	fs.StringVar(&plotFile, "plot", "", "also draw throughput per scenario and the workers scaling curve into this SVG file")
+	fs.StringVar(&o.BrokerProcess, "broker-process", bench.BrokerNATSServer, "the broker process started without --broker: nats-server (the binary on PATH) or embedded (the NATS server this binary embeds)")
+	fs.StringVar(&o.SteadyConsumer, "steady-consumer", bench.ConsumerDurable, "the JetStream consumer the steady/ORDERING@RATE scenarios receive with: durable (pull, explicit acks) or ordered (ephemeral)")
+	fs.StringVar(&o.RelayProfile, "relay-cpuprofile", "", "run the steady/ORDERING@RATE scenarios' relay with --pprof and write its CPU profile over the measured span to PREFIX-SCENARIO.pprof")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file; samples are labelled scenario=NAME and phase=timed|untimed (go tool pprof -top -tagfocus=phase=timed FILE)")
 
 	cmd.AddCommand(newBenchBrokerCommand(a))

@@ -80,7 +80,8 @@ type queries struct {
 	fetch      string
 	marked     string // markedFetchSQL
 	unsettled  string
-	claim      string
+	claimNew   string
+	claimOld   string
 	cleanup    string
 	requeueIns string // prefix; the filter is appended
 }
@@ -190,14 +191,33 @@ CROSS JOIN LATERAL (
 ) m`
 
 	// The seeds' claim: an index scan on the primary key (UUIDv7, so
-	// roughly oldest first), skipping rows other claims hold.
-	q.claim = `SELECT ` + recordColumns + `
+	// roughly oldest first), skipping rows other claims hold, over the IDs
+	// from $3 on (claimNew) or below $3 (claimOld; see ClaimUnordered).
+	// It runs with bitmap and sequential scans off (claimPlan), so the plan
+	// is always
+	//
+	//	Limit
+	//	  ->  LockRows
+	//	        ->  Index Scan using <messages>_pkey on <messages> m
+	//	              Index Cond: (id >= $3)     (claimOld: id < $3)
+	//	              Filter: ((published_at IS NULL) AND …)
+	//
+	// which starts at $3 (or at the lowest ID) and stops after $1 rows,
+	// marking the index entries of deleted rows dead as it passes them,
+	// instead of a bitmap scan of the pending index followed by a sort,
+	// which visits every row deleted since the last vacuum on every claim.
+	claim := func(cond string) string {
+		return `SELECT ` + recordColumns + `
 FROM ` + n.messages + ` m
-WHERE m.published_at IS NULL AND (m.next_attempt_at IS NULL OR m.next_attempt_at <= now())
+WHERE ` + cond + `
+    AND m.published_at IS NULL AND (m.next_attempt_at IS NULL OR m.next_attempt_at <= now())
     AND m.topic <> ALL($2::text[])
 ORDER BY m.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
+	}
+	q.claimNew = claim(`m.id >= $3::uuid`)
+	q.claimOld = claim(`m.id < $3::uuid`)
 
 	// Batched retention cleanup on the partial published index.
 	q.cleanup = `DELETE FROM ` + n.messages + ` WHERE id IN (

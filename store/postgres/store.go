@@ -40,6 +40,7 @@ type Store struct {
 
 	partitions atomic.Int64 // P once read; 0 before
 	horizon    horizonState // see horizon.go
+	claims     claimState   // see unordered.go
 
 	closeCtx context.Context // cancelled by Close: ends subscriptions
 	cancel   context.CancelFunc

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -20,6 +23,16 @@ import (
 // the transaction, and the connection, until the claim is settled or
 // released. The records are returned in Seq order. A claim of no records
 // holds nothing.
+//
+// A claim first looks at the recent IDs only (UUIDv7: created within
+// claimRecent of now), where the records of a steady load are, so that it
+// does not pass over every row deleted since the last vacuum, which a
+// queue table holds at its oldest IDs. It also looks at the older IDs
+// when the recent ones gave nothing, and at most every claimOlderEvery
+// otherwise: records of long transactions, retries coming due, a backlog,
+// IDs from a skewed clock or not UUIDv7 are claimed too, at most
+// claimOlderEvery later while recent records keep coming. So a claim
+// comes back empty only when no record at all is claimable.
 func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (outbox.Claim, error) {
 	if err := s.check("claim"); err != nil {
 		return nil, err
@@ -34,10 +47,16 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (o
 	if skip == nil {
 		skip = []string{} // <> ALL(NULL) would match no row
 	}
-	rows, err := tx.Query(ctx, s.q.claim, limit, skip)
-	var recs []outbox.Record
-	if err == nil {
-		recs, err = pgx.CollectRows(rows, scanRecord)
+	now := time.Now()
+	bound := uuidAt(now.Add(-claimRecent))
+	recs, err := s.claimRange(ctx, tx, s.q.claimNew, limit, skip, bound, true)
+	if err == nil && len(recs) < limit && s.claims.olderDue(now, len(recs) == 0) {
+		var older []outbox.Record
+		older, err = s.claimRange(ctx, tx, s.q.claimOld, limit-len(recs), skip, bound, false)
+		if len(older) == limit-len(recs) {
+			s.claims.olderFull() // a backlog: look there again next time
+		}
+		recs = append(recs, older...)
 	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -52,6 +71,77 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (o
 	slices.SortFunc(recs, func(a, b outbox.Record) int { return cmp.Compare(a.Seq, b.Seq) })
 	return &claim{s: s, tx: tx, recs: recs}, nil
 }
+
+// claimRecent is how old (by their UUIDv7 time) the IDs a claim looks at
+// first may be, and claimOlderEvery how often at most a claim that found
+// recent records also looks at the older ones.
+const (
+	claimRecent     = 2 * time.Second
+	claimOlderEvery = time.Second
+)
+
+// claimPlan turns off, for the claim's transaction, the plans that would
+// visit every deleted row of the table (see the claim query).
+const claimPlan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+
+// uuidAt is the least UUIDv7 of time t: its 48-bit Unix millisecond time
+// and zeros.
+func uuidAt(t time.Time) pgtype.UUID {
+	var u pgtype.UUID
+	ms := uint64(max(0, t.UnixMilli()))
+	for i := range 6 {
+		u.Bytes[i] = byte(ms >> (8 * (5 - i)))
+	}
+	u.Valid = true
+	return u
+}
+
+// claimRange locks up to limit claimable records with query (claimNew
+// or claimOld, split at bound) in tx; plan first sets the claim's plan
+// for the transaction (the first call in it).
+func (s *Store) claimRange(ctx context.Context, tx pgx.Tx, query string, limit int, skip []string, bound pgtype.UUID, plan bool) ([]outbox.Record, error) {
+	b := &pgx.Batch{}
+	if plan {
+		b.Queue(claimPlan)
+	}
+	b.Queue(query, limit, skip, bound)
+	br := tx.SendBatch(ctx, b)
+	if plan {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	var recs []outbox.Record
+	if err == nil {
+		recs, err = pgx.CollectRows(rows, scanRecord)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return recs, err
+}
+
+// claimState is when a claim last looked at the older IDs (see
+// ClaimUnordered).
+type claimState struct {
+	olderAt atomic.Int64 // Unix nanoseconds; 0: look at once
+}
+
+// olderDue reports whether a claim looks at the older IDs now: always
+// when the recent ones gave nothing, else once per claimOlderEvery.
+func (c *claimState) olderDue(now time.Time, empty bool) bool {
+	last := c.olderAt.Load()
+	if !empty && last != 0 && now.UnixNano()-last < int64(claimOlderEvery) {
+		return false
+	}
+	return c.olderAt.CompareAndSwap(last, now.UnixNano()) || empty
+}
+
+// olderFull says a claim found the older IDs full: the next claim looks
+// there too.
+func (c *claimState) olderFull() { c.olderAt.Store(0) }
 
 // claim is a batch locked by ClaimUnordered. Its methods are safe for
 // concurrent use; the first Settle or Release ends it.
