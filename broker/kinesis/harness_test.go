@@ -67,7 +67,9 @@ func createStream(t testing.TB, k *testenv.Kinesalite, name string, shards int32
 	if _, err := c.CreateStream(ctx, &awskinesis.CreateStreamInput{StreamName: aws.String(name), ShardCount: aws.Int32(shards)}); err != nil {
 		t.Fatalf("create stream %s: %v", name, err)
 	}
-	w := awskinesis.NewStreamExistsWaiter(c, func(o *awskinesis.StreamExistsWaiterOptions) { o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond })
+	w := awskinesis.NewStreamExistsWaiter(c, func(o *awskinesis.StreamExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
+	})
 	if err := w.Wait(ctx, &awskinesis.DescribeStreamInput{StreamName: aws.String(name)}, time.Minute); err != nil {
 		t.Fatalf("stream %s not ACTIVE: %v", name, err)
 	}
@@ -82,7 +84,9 @@ func deleteStream(t testing.TB, k *testenv.Kinesalite, name string) {
 	if _, err := c.DeleteStream(ctx, &awskinesis.DeleteStreamInput{StreamName: aws.String(name)}); err != nil {
 		t.Fatalf("delete stream %s: %v", name, err)
 	}
-	w := awskinesis.NewStreamNotExistsWaiter(c, func(o *awskinesis.StreamNotExistsWaiterOptions) { o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond })
+	w := awskinesis.NewStreamNotExistsWaiter(c, func(o *awskinesis.StreamNotExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
+	})
 	if err := w.Wait(ctx, &awskinesis.DescribeStreamInput{StreamName: aws.String(name)}, time.Minute); err != nil {
 		t.Fatalf("stream %s not gone: %v", name, err)
 	}
@@ -255,4 +259,3 @@ func isBlocked(err error, topic string) bool {
 	dest, ok := outbox.IsBlocked(err)
 	return ok && dest == topic && !outbox.IsPermanent(err)
 }
-

@@ -488,4 +488,3 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
-
