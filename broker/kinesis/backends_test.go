@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox"
+	"github.com/outboxrelay/outbox/broker/kinesis"
+	"github.com/outboxrelay/outbox/cloudevents"
 	"github.com/outboxrelay/outbox/internal/backends"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
@@ -63,6 +65,24 @@ func TestBackendsScheme(t *testing.T) {
 	t.Cleanup(func() { one.Close() })
 	if err := one.Publish(ctx, []*outbox.Message{newMessage("any.topic", "k", "2")})[0]; err != nil {
 		t.Fatalf("stream=: %v", err)
+	}
+	// --cloudevents reaches the publisher: the record is a structured event.
+	ce, err := backends.OpenPublisher(ctx, "kinesis://?region="+testenv.KinesaliteRegion+"&profile=relay&stream="+stream+"&endpoint="+k.Endpoint(),
+		backends.BrokerOptions{CloudEvents: &cloudevents.Options{Mode: cloudevents.Structured}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ce.Close() })
+	if err := ce.Publish(ctx, []*outbox.Message{newMessage("any.topic", "k", `{"n":3}`)})[0]; err != nil {
+		t.Fatalf("--cloudevents: %v", err)
+	}
+	recs := newReader(k, stream).read(t, 3)
+	got, err := kinesis.Decode(recs[2].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := cloudevents.Decode(cloudevents.Kinesis, cloudevents.MapHeaders(got.Headers), "", got.Payload); err != nil || string(ev.Data) != `{"n":3}` || ev.Type != "any.topic" {
+		t.Fatalf("--cloudevents structured: event %+v, %v", ev, err)
 	}
 
 	for _, tc := range []struct {

@@ -11,6 +11,7 @@ import (
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Defaults and limits of [Options].
@@ -91,6 +92,16 @@ type Options struct {
 	// (default PublishTimeoutDefault).
 	PublishTimeout time.Duration
 
+	// CloudEvents, if set, publishes every message as a CloudEvent
+	// (cloudevents.Kinesis): in binary mode the event's attributes are
+	// "ce-<name>" headers of the envelope and the payload is the data; in
+	// structured mode the payload is the event as JSON and the envelope's
+	// "Content-Type" header says so. The envelope stays, so the outbox ID,
+	// key and other headers travel as without CloudEvents; consumers read
+	// the event with Decode and cloudevents.Decode(cloudevents.Kinesis,
+	// cloudevents.MapHeaders(m.Headers), "", m.Payload). Default: off.
+	CloudEvents *cloudevents.Options
+
 	// Logger receives the publisher's warnings. Default: discard.
 	Logger *slog.Logger
 	// ClientOptions are applied last to the SDK client's options.
@@ -126,6 +137,10 @@ func (o Options) validate() error {
 	c.AtLeast("PublishTimeout", o.PublishTimeout, PublishTimeoutMin)
 	c.Failf(o.Endpoint != "" && !strings.HasPrefix(o.Endpoint, "http://") && !strings.HasPrefix(o.Endpoint, "https://"),
 		"Endpoint %q must be a URL such as https://kinesis.eu-west-1.amazonaws.com or http://127.0.0.1:4567", o.Endpoint)
+	if o.CloudEvents != nil {
+		err := o.CloudEvents.WithDefaults().Validate()
+		c.Failf(err != nil, "CloudEvents: %w", err)
+	}
 	return c.Err()
 }
 

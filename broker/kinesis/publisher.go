@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Publisher sends outbox messages to Kinesis data streams. It implements
@@ -41,6 +42,7 @@ type Publisher struct {
 	client *awskinesis.Client
 	opts   Options
 	gate   *pubgate.Gate
+	ce     *cloudevents.Encoder // nil: CloudEvents off
 }
 
 // Dial builds a Kinesis client from opts and checks that credentials and a
@@ -77,6 +79,10 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		return nil, fmt.Errorf("kinesis: no usable AWS credentials (the environment, the shared files, web identity, the container or instance role were tried): %w", err)
 	}
+	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.Kinesis)
+	if err != nil {
+		return nil, fmt.Errorf("kinesis: Options.CloudEvents: %w", err)
+	}
 	clientOpts := append([]func(*awskinesis.Options){func(o *awskinesis.Options) {
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
@@ -87,6 +93,7 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		client: awskinesis.NewFromConfig(cfg, clientOpts...),
 		opts:   opts,
 		gate:   pubgate.New(pubgate.Config{Name: "kinesis", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "answer"}),
+		ce:     ce,
 	}, nil
 }
 
@@ -186,6 +193,9 @@ func (p *Publisher) record(i int, m *outbox.Message) (*record, error) {
 	stream := p.opts.StreamMapper(m.Topic)
 	if err := validateStream(stream); err != nil {
 		return nil, outbox.Permanent(fmt.Errorf("kinesis: topic %q maps to an invalid stream: %v; change the topic or Options.StreamMapper", m.Topic, err))
+	}
+	if p.ce != nil {
+		m, _ = p.ce.Encode(m)
 	}
 	data, err := Encode(m)
 	if err != nil {

@@ -48,6 +48,7 @@ func openKinesis(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publi
 		opts.StreamMapper = func(topic string) string { return prefix + topic }
 	}
 	opts.Logger = o.Logger
+	opts.CloudEvents = o.CloudEvents
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}
