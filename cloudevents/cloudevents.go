@@ -1,6 +1,7 @@
 // Package cloudevents maps outbox messages to CloudEvents 1.0 on the wire,
 // once for every broker: the publishers (broker/natsjs, broker/rabbitmq,
-// broker/kafka) take an [*Encoder] through their Options.CloudEvents and
+// broker/kafka, broker/redis, broker/sqs, broker/sns, broker/kinesis) take
+// an [*Encoder] through their Options.CloudEvents and
 // send each message as a CloudEvent following their protocol binding's
 // rules; the consume helpers (inbox/consume) read both content modes back
 // with [Decode].
