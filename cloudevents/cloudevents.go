@@ -1,6 +1,7 @@
 // Package cloudevents maps outbox messages to CloudEvents 1.0 on the wire,
 // once for every broker: the publishers (broker/natsjs, broker/rabbitmq,
-// broker/kafka) take an [*Encoder] through their Options.CloudEvents and
+// broker/kafka, broker/redis, broker/sqs, broker/sns, broker/kinesis) take
+// an [*Encoder] through their Options.CloudEvents and
 // send each message as a CloudEvent following their protocol binding's
 // rules; the consume helpers (inbox/consume) read both content modes back
 // with [Decode].
@@ -182,6 +183,18 @@ var (
 	// NATS: "ce-" headers, percent-encoded, datacontenttype included;
 	// structured mode sets the Content-Type header.
 	NATS = Binding{Name: "nats", Prefix: "ce-", ContentTypeHeader: "Content-Type", PercentEncode: true}
+
+	// Redis Streams, Amazon SQS and SNS, and Kinesis have no CloudEvents
+	// protocol binding of the specification's. The outbox sends their
+	// events the way it sends any message's headers on them (Redis entry
+	// fields "header.<name>", SQS and SNS message attributes, the Kinesis
+	// envelope's "headers"): binary mode as "ce-<name>" headers,
+	// datacontenttype included, not percent-encoded (each carrier takes
+	// UTF-8 as is); structured mode with a "Content-Type" header.
+	Redis   = Binding{Name: "redis", Prefix: "ce-", ContentTypeHeader: "Content-Type"}
+	SQS     = Binding{Name: "sqs", Prefix: "ce-", ContentTypeHeader: "Content-Type"}
+	SNS     = Binding{Name: "sns", Prefix: "ce-", ContentTypeHeader: "Content-Type"}
+	Kinesis = Binding{Name: "kinesis", Prefix: "ce-", ContentTypeHeader: "Content-Type"}
 )
 
 // Encoder turns outbox messages into CloudEvents for one binding. It is

@@ -2,8 +2,8 @@
 # Runs every test of the module, installing first what the tests need when
 # it is missing: PostgreSQL 15 server binaries, MariaDB, RabbitMQ, Redis, Chromium and
 # systemd (for systemd-analyze) from Debian's packages, promtool (taken out
-# of Debian's prometheus package into bin/), and dynalite (npm, pinned in
-# package-lock.json).
+# of Debian's prometheus package into bin/), and dynalite and kinesalite (npm,
+# pinned in package-lock.json).
 # Usage: scripts/test.sh [extra `go test` arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +64,12 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 if [ -f package-lock.json ] && [ ! -f node_modules/dynalite/cli.js ]; then
   echo "test.sh: npm ci (dynalite)" >&2
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+# broker/kinesis and the e2e tests: kinesalite (npm, pinned in
+# package-lock.json with dynalite; its LevelDB binding ships prebuilt).
+if [ -f package-lock.json ] && [ ! -f node_modules/kinesalite/index.js ]; then
+  echo "test.sh: npm ci (kinesalite)" >&2
   npm ci --no-audit --no-fund --loglevel=error
 fi
 

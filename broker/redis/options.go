@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Defaults and limits of [Options].
@@ -114,6 +115,15 @@ type Options struct {
 	// (CLIENT SETNAME: an ACL user then needs +client|setname too).
 	// Default: none.
 	ClientName string
+	// CloudEvents, if set, publishes every message as a CloudEvent
+	// (cloudevents.Redis): in binary mode the event's attributes are
+	// "header.ce-<name>" fields and the payload is the data; in structured
+	// mode the payload is the event as JSON and the field
+	// "header.Content-Type" says so. The outbox fields stay. Consumers read
+	// the headers (the fields after "header.") with cloudevents.MapHeaders
+	// and cloudevents.Decode(cloudevents.Redis, …). Default: off.
+	CloudEvents *cloudevents.Options
+
 	// Logger receives the publisher's warnings. Default: discard.
 	Logger *slog.Logger
 }
@@ -162,5 +172,9 @@ func (o Options) validate() error {
 	c.AtLeast("PublishTimeout", o.PublishTimeout, PublishTimeoutMin)
 	c.AtLeast("DialTimeout", o.DialTimeout, time.Millisecond)
 	c.Between("PoolSize", o.PoolSize, 1, PoolSizeMax)
+	if o.CloudEvents != nil {
+		err := o.CloudEvents.WithDefaults().Validate()
+		c.Failf(err != nil, "CloudEvents: %w", err)
+	}
 	return c.Err()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Publisher appends outbox messages to Redis streams with XADD. It
@@ -40,6 +41,7 @@ type Publisher struct {
 	client *goredis.Client
 	opts   Options
 	gate   *pubgate.Gate
+	ce     *cloudevents.Encoder // nil: CloudEvents off
 }
 
 // Dial creates a client for opts.Addr and checks with PING that the server
@@ -49,6 +51,10 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
+	}
+	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("redis: Options.CloudEvents: %w", err)
 	}
 	client := goredis.NewClient(&goredis.Options{
 		Addr:       opts.Addr,
@@ -74,7 +80,7 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		return nil, dialError(opts, err)
 	}
 	gate := pubgate.New(pubgate.Config{Name: "redis", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "reply"})
-	return &Publisher{client: client, opts: opts, gate: gate}, nil
+	return &Publisher{client: client, opts: opts, gate: gate, ce: ce}, nil
 }
 
 // dialError says what to change after a failed PING.
@@ -142,6 +148,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 		streams := make([]string, len(msgs))
 		sent := 0
 		for i, m := range msgs {
+			if p.ce != nil {
+				m, _ = p.ce.Encode(m)
+			}
 			streams[i] = p.opts.StreamMapper(m.Topic)
 			if errs[i] = p.check(m, streams[i]); errs[i] != nil {
 				continue

@@ -50,6 +50,7 @@ import (
 	"github.com/outboxrelay/outbox/broker/internal/awsmsg"
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Defaults and limits of [Options].
@@ -91,6 +92,17 @@ type Options struct {
 	MaxConcurrentRequests int
 	// PublishTimeout bounds a Publish call whose context has no deadline.
 	PublishTimeout time.Duration
+	// CloudEvents, if set, publishes every message as a CloudEvent
+	// (cloudevents.SNS): in binary mode the event's attributes are
+	// "ce-<name>" headers and the body is the data; in structured mode the
+	// body is the event as JSON and the header "Content-Type" says so. The
+	// headers travel as message attributes as always: with the binary
+	// mode's attributes they are usually more than fit, so all of them go
+	// packed in Outbox-Headers (see Publisher). Consumers read them with
+	// cloudevents.MapHeaders and cloudevents.Decode(cloudevents.SNS, …).
+	// Default: off.
+	CloudEvents *cloudevents.Options
+
 	// Logger receives warnings; default: discard.
 	Logger *slog.Logger
 	// ClientOptions are applied last to the SDK client's options.
@@ -133,6 +145,10 @@ func (o Options) validate() error {
 	c.Failf(o.Account != "" && (len(o.Account) != 12 || strings.Trim(o.Account, "0123456789") != ""), "Account must be a 12-digit AWS account ID, got %q", o.Account)
 	c.Failf(o.Endpoint != "" && !strings.HasPrefix(o.Endpoint, "http://") && !strings.HasPrefix(o.Endpoint, "https://"),
 		"Endpoint %q must be a URL such as https://sns.eu-west-1.amazonaws.com", o.Endpoint)
+	if o.CloudEvents != nil {
+		err := o.CloudEvents.WithDefaults().Validate()
+		c.Failf(err != nil, "CloudEvents: %w", err)
+	}
 	return c.Err()
 }
 
@@ -146,6 +162,7 @@ type Publisher struct {
 	opts   Options
 	region string
 	gate   *pubgate.Gate
+	ce     *cloudevents.Encoder // nil: CloudEvents off
 }
 
 // Dial builds an SNS client and checks that credentials and a region are
@@ -180,6 +197,10 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		return nil, fmt.Errorf("sns: no usable AWS credentials: %w", err)
 	}
+	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.SNS)
+	if err != nil {
+		return nil, fmt.Errorf("sns: Options.CloudEvents: %w", err)
+	}
 	co := append([]func(*awssns.Options){func(o *awssns.Options) {
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
@@ -191,6 +212,7 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		opts:   opts,
 		region: cfg.Region,
 		gate:   pubgate.New(pubgate.Config{Name: "sns", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "answer"}),
+		ce:     ce,
 	}, nil
 }
 
@@ -269,6 +291,9 @@ func (p *Publisher) entry(i int, m *outbox.Message) (*entry, error) {
 	name := arn[strings.LastIndex(arn, ":")+1:]
 	if err := optcheck.Name(strings.TrimSuffix(name, ".fifo"), 256, "-_"); err != nil || strings.Count(arn, ":") != 5 || !strings.Contains(arn, ":sns:") {
 		return nil, fmt.Errorf("sns: topic %q maps to %q, not a valid SNS topic ARN (arn:PARTITION:sns:REGION:ACCOUNT:NAME; set Options.Account): change the topic or Options.TopicMapper", m.Topic, arn)
+	}
+	if p.ce != nil {
+		m, _ = p.ce.Encode(m)
 	}
 	am, err := awsmsg.Encode(m)
 	if err != nil {

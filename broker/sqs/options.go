@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxrelay/outbox/broker/internal/awsmsg"
 	"github.com/outboxrelay/outbox/broker/internal/optcheck"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Defaults and limits of [Options].
@@ -115,6 +116,17 @@ type Options struct {
 	// (default PublishTimeoutDefault).
 	PublishTimeout time.Duration
 
+	// CloudEvents, if set, publishes every message as a CloudEvent
+	// (cloudevents.SQS): in binary mode the event's attributes are
+	// "ce-<name>" headers and the body is the data; in structured mode the
+	// body is the event as JSON and the header "Content-Type" says so. The
+	// headers travel as message attributes as always: with the binary
+	// mode's attributes they are usually more than fit, so all of them go
+	// packed in Outbox-Headers (see Publisher). Consumers read them with
+	// cloudevents.MapHeaders and cloudevents.Decode(cloudevents.SQS, …).
+	// Default: off.
+	CloudEvents *cloudevents.Options
+
 	// Logger receives the publisher's warnings. Default: discard.
 	Logger *slog.Logger
 	// ClientOptions are applied last to the SDK client's options (such as
@@ -159,6 +171,10 @@ func (o Options) validate() error {
 	c.AtLeast("PublishTimeout", o.PublishTimeout, PublishTimeoutMin)
 	c.Failf(o.Endpoint != "" && !strings.HasPrefix(o.Endpoint, "http://") && !strings.HasPrefix(o.Endpoint, "https://"),
 		"Endpoint %q must be a URL such as https://sqs.eu-west-1.amazonaws.com or http://127.0.0.1:4100", o.Endpoint)
+	if o.CloudEvents != nil {
+		err := o.CloudEvents.WithDefaults().Validate()
+		c.Failf(err != nil, "CloudEvents: %w", err)
+	}
 	return c.Err()
 }
 

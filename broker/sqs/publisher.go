@@ -20,6 +20,7 @@ import (
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/broker/internal/awsmsg"
 	"github.com/outboxrelay/outbox/broker/internal/pubgate"
+	"github.com/outboxrelay/outbox/cloudevents"
 )
 
 // Publisher sends outbox messages to Amazon SQS queues, standard and FIFO.
@@ -51,6 +52,7 @@ type Publisher struct {
 	client *awssqs.Client
 	opts   Options
 	gate   *pubgate.Gate
+	ce     *cloudevents.Encoder // nil: CloudEvents off
 
 	mu     sync.Mutex
 	queues map[string]queueURL // queue name → URL
@@ -103,6 +105,10 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		return nil, fmt.Errorf("sqs: no usable AWS credentials (the environment, the shared files, web identity, the container or instance role were tried): %w", err)
 	}
+	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.SQS)
+	if err != nil {
+		return nil, fmt.Errorf("sqs: Options.CloudEvents: %w", err)
+	}
 	clientOpts := append([]func(*awssqs.Options){func(o *awssqs.Options) {
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
@@ -114,6 +120,7 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 		opts:   opts,
 		gate:   pubgate.New(pubgate.Config{Name: "sqs", Timeout: opts.PublishTimeout, TimeoutField: "PublishTimeout", Awaited: "answer"}),
 		queues: map[string]queueURL{},
+		ce:     ce,
 	}
 	return p, nil
 }
@@ -242,6 +249,9 @@ func (p *Publisher) forget(queue string) {
 
 // entry builds the SQS message of m.
 func (p *Publisher) entry(i int, m *outbox.Message, queue, url string) (*entry, error) {
+	if p.ce != nil {
+		m, _ = p.ce.Encode(m)
+	}
 	am, err := awsmsg.Encode(m)
 	if err != nil {
 		return nil, fmt.Errorf("sqs: queue %q: %w", queue, err)

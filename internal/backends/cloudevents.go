@@ -12,7 +12,7 @@ const CloudEventsFlag = "--cloudevents"
 // cloudEventsSchemes are the broker schemes whose publishers take
 // CloudEvents options (each applies its protocol binding). A broker added
 // later joins the list once its publisher does.
-var cloudEventsSchemes = []string{"amqp", "amqps", "kafka", "nats", "tls"}
+var cloudEventsSchemes = []string{"amqp", "amqps", "kafka", "nats", "tls", "kinesis", "redis", "rediss", "sqs", "sns"}
 
 // checkCloudEvents refuses CloudEvents options for a broker that cannot
 // send them, and invalid ones.

@@ -46,6 +46,7 @@ func openRedis(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publish
 		opts.StreamMapper = func(topic string) string { return prefix + topic }
 	}
 	opts.Logger = o.Logger
+	opts.CloudEvents = o.CloudEvents
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}

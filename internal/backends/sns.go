@@ -50,6 +50,7 @@ func openSNS(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher
 		}
 	}
 	opts.Logger = o.Logger
+	opts.CloudEvents = o.CloudEvents
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}

@@ -61,6 +61,7 @@ func openSQS(ctx context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher
 		opts.ClientOptions = append(opts.ClientOptions, func(c *awssqs.Options) { sqs.QueryProtocol(c) })
 	}
 	opts.Logger = o.Logger
+	opts.CloudEvents = o.CloudEvents
 	if err := opts.Validate(); err != nil {
 		return nil, Invalid(BrokerFlag, "%v", err)
 	}

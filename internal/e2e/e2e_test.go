@@ -68,6 +68,7 @@ var brokers = []struct {
 	{"rabbitmq", rabbitTarget},
 	{"kafka", kafkaTarget},
 	{"redis", redisTarget},
+	{"kinesis", kinesisTarget},
 }
 
 func setup(t *testing.T, partitions int) *env {

@@ -196,31 +196,39 @@ var sharedGoAWS lazy[*GoAWS]
 func GoAWSServer(t testing.TB) *GoAWS {
 	t.Helper()
 	requireMain(t)
-	g, err := sharedGoAWS.get(func() (*GoAWS, error) {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		logrus.SetOutput(io.Discard) // goaws logs every message at info level
-		app.CurrentEnvironment.Host = "127.0.0.1"
-		app.CurrentEnvironment.Port = strconv.Itoa(port)
-		app.CurrentEnvironment.Region = GoAWSRegion
-		app.CurrentEnvironment.AccountID = GoAWSAccount
-		app.CurrentEnvironment.EnableDuplicates = true
-		g := &GoAWS{addr: "127.0.0.1:" + strconv.Itoa(port)}
-		g.mu.Lock()
-		err = g.listen()
-		g.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		servers.AtExit("goaws", g.stop)
-		return g, nil
-	})
+	g, err := sharedGoAWS.get(startGoAWS)
 	if err != nil {
 		t.Fatalf("testenv: goaws: %v", err)
 	}
 	return g
+}
+
+// StartGoAWS starts the process's goaws server (the one [GoAWSServer]
+// returns), for use outside of tests, such as a bench run by hand against
+// sqs:// and sns:// URLs. It listens on 127.0.0.1 on a free port; it is
+// stopped with the process, or by servers.StopAll.
+func StartGoAWS() (*GoAWS, error) { return sharedGoAWS.get(startGoAWS) }
+
+func startGoAWS() (*GoAWS, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	logrus.SetOutput(io.Discard) // goaws logs every message at info level
+	app.CurrentEnvironment.Host = "127.0.0.1"
+	app.CurrentEnvironment.Port = strconv.Itoa(port)
+	app.CurrentEnvironment.Region = GoAWSRegion
+	app.CurrentEnvironment.AccountID = GoAWSAccount
+	app.CurrentEnvironment.EnableDuplicates = true
+	g := &GoAWS{addr: "127.0.0.1:" + strconv.Itoa(port)}
+	g.mu.Lock()
+	err = g.listen()
+	g.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	servers.AtExit("goaws", g.stop)
+	return g, nil
 }
 
 // batchEntryPrefix starts the form keys of SendMessageBatch's entries.
