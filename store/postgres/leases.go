@@ -62,6 +62,7 @@ func (s *Store) Heartbeat(ctx context.Context, node string, ttl time.Duration) (
 		return 0, s.wrap("heartbeat", err)
 	}
 	s.sampleHorizon(ctx)
+	s.startRingKeeper()
 	return live, nil
 }
 
