@@ -43,6 +43,9 @@ func (s postgresStore) MigrateWithReport(ctx context.Context) (MigrateReport, er
 	for _, m := range rep.Applied {
 		out.Applied = append(out.Applied, m.String())
 	}
+	if rep.ConvertedToRing {
+		out.Applied = append(out.Applied, "ring layout: the outbox table converted online (the former table attached as the child <prefix>_messages_legacy)")
+	}
 	return out, err
 }
 
@@ -87,6 +90,10 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		q.Del("key_locks")
 		u.RawQuery = q.Encode()
 	}
+	layout, err := postgresLayoutParam(u)
+	if err != nil {
+		return nil, err
+	}
 	// Catch a malformed DSN (a bad sslmode, port or option) as a usage error
 	// before postgres.Open reports it as a connection failure.
 	if _, err := pgxpool.ParseConfig(u.String()); err != nil {
@@ -100,6 +107,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		Retention:   o.Retention,
 		KeyLocks:    keyLocks,
 		Capture:     postgres.Capture(o.Capture),
+		Layout:      layout,
 	}
 	// PostgreSQL's own limits (a prefix short enough for its index names, no
 	// system schema) are usage errors naming the flag and URL parameter, not

@@ -195,7 +195,9 @@ func (s *Store) isRing(ctx context.Context, q querier) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return len(ring) == 1 && ring[0], nil
+	is := len(ring) == 1 && ring[0]
+	s.ringLayout.Store(is)
+	return is, nil
 }
 
 // ringParentSQL creates the new parent (under its temporary name) with the
@@ -579,4 +581,17 @@ func (s *Store) migrateLayout(ctx context.Context, conn *pgx.Conn) (Layout, bool
 		return LayoutPlain, false, err
 	}
 	return LayoutRing, converted, nil
+}
+
+// planArgs returns the arguments of a relay statement on the outbox table.
+// With the ring layout they start with pgx.QueryExecModeCacheDescribe: the
+// statement runs unnamed, so PostgreSQL plans it for the children as they
+// are now (a child that was empty when a cached generic plan was made
+// can hold thousands of rows a few seconds later, and a plan that scans
+// it sequentially once per settled message takes seconds).
+func (s *Store) planArgs(args ...any) []any {
+	if !s.ringLayout.Load() {
+		return args
+	}
+	return append([]any{pgx.QueryExecModeCacheDescribe}, args...)
 }

@@ -42,6 +42,7 @@ type Store struct {
 	horizon    horizonState // see horizon.go
 	rn         ringNames    // see ring.go
 	ring       ringKeeper
+	ringLayout atomic.Bool // the table is a ring: see planArgs
 
 	closeCtx context.Context // cancelled by Close: ends subscriptions
 	cancel   context.CancelFunc

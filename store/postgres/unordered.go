@@ -34,7 +34,7 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (o
 	if skip == nil {
 		skip = []string{} // <> ALL(NULL) would match no row
 	}
-	rows, err := tx.Query(ctx, s.q.claim, limit, skip)
+	rows, err := tx.Query(ctx, s.q.claim, s.planArgs(limit, skip)...)
 	var recs []outbox.Record
 	if err == nil {
 		recs, err = pgx.CollectRows(rows, scanRecord)
@@ -83,7 +83,7 @@ func (c *claim) Settle(ctx context.Context, st outbox.Settlement) error {
 		return err
 	}
 	sql, args := settleSQL(c.s.n, c.s.opts.Retention > 0, "", nil, nil, &b)
-	if _, err := c.tx.Exec(ctx, sql, args...); err != nil {
+	if _, err := c.tx.Exec(ctx, sql, c.s.planArgs(args...)...); err != nil {
 		_ = c.end(context.WithoutCancel(ctx))
 		return c.s.wrap("claim settle", err)
 	}
