@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,10 @@ func init() {
 
 // postgresMigrationSQL prints the tables' SQL; the URL only names the
 // scheme (its host is never contacted).
-func postgresMigrationSQL(_ *url.URL, o StoreOptions) (string, error) {
+func postgresMigrationSQL(u *url.URL, o StoreOptions) (string, error) {
+	if l, err := postgresLayoutParam(u); err != nil || l == postgres.LayoutRing {
+		return "", cmp.Or(err, Invalid(StoreFlag, "layout=ring: --print-sql prints the plain layout only; create the tables from it, then convert them online with `outbox migrate --store 'postgres://…?layout=ring'`"))
+	}
 	return postgres.MigrationSQL(postgres.Options{
 		Schema:      o.Schema,
 		TablePrefix: o.TablePrefix,
