@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,10 @@ func init() {
 
 // postgresMigrationSQL prints the tables' SQL; the URL only names the
 // scheme (its host is never contacted).
-func postgresMigrationSQL(_ *url.URL, o StoreOptions) (string, error) {
+func postgresMigrationSQL(u *url.URL, o StoreOptions) (string, error) {
+	if l, err := postgresLayoutParam(u); err != nil || l == postgres.LayoutRing {
+		return "", cmp.Or(err, Invalid(StoreFlag, "layout=ring: --print-sql prints the plain layout only; create the tables from it, then convert them online with `outbox migrate --store 'postgres://…?layout=ring'`"))
+	}
 	return postgres.MigrationSQL(postgres.Options{
 		Schema:      o.Schema,
 		TablePrefix: o.TablePrefix,
@@ -42,6 +46,9 @@ func (s postgresStore) MigrateWithReport(ctx context.Context) (MigrateReport, er
 	out := MigrateReport{Created: rep.Created, DroppedInvalid: rep.DroppedInvalid, Partitions: rep.Partitions}
 	for _, m := range rep.Applied {
 		out.Applied = append(out.Applied, m.String())
+	}
+	if rep.ConvertedToRing {
+		out.Applied = append(out.Applied, "ring layout: the outbox table converted online (the former table attached as the child <prefix>_messages_legacy)")
 	}
 	return out, err
 }
@@ -87,6 +94,10 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		q.Del("key_locks")
 		u.RawQuery = q.Encode()
 	}
+	layout, err := postgresLayoutParam(u)
+	if err != nil {
+		return nil, err
+	}
 	// Catch a malformed DSN (a bad sslmode, port or option) as a usage error
 	// before postgres.Open reports it as a connection failure.
 	if _, err := pgxpool.ParseConfig(u.String()); err != nil {
@@ -100,6 +111,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		Retention:   o.Retention,
 		KeyLocks:    keyLocks,
 		Capture:     postgres.Capture(o.Capture),
+		Layout:      layout,
 	}
 	// PostgreSQL's own limits (a prefix short enough for its index names, no
 	// system schema) are usage errors naming the flag and URL parameter, not

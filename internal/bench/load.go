@@ -452,10 +452,12 @@ func holdXmin(ctx context.Context, env *Env) (release func(), err error) {
 }
 
 // deadTuples reads the outbox table's dead tuples (n_dead_tup, which
-// PostgreSQL's statistics update within a second or so), -1 if it cannot.
+// PostgreSQL's statistics update within a second or so; summed over the
+// children of the ring layout: pg_partition_tree lists nothing for a plain
+// table), -1 if it cannot.
 func deadTuples(ctx context.Context, env *Env) int64 {
 	var n int64
-	if err := env.Pool.QueryRow(ctx, `SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`, env.messages).Scan(&n); err != nil {
+	if err := env.Pool.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE relid = $1::regclass OR relid IN (SELECT relid FROM pg_partition_tree($1::regclass))`, env.messages).Scan(&n); err != nil {
 		return -1
 	}
 	return n

@@ -95,6 +95,9 @@ type Options struct {
 	// AMQPQueueType is the type of the queue the bench declares on an
 	// amqp:// broker: AMQPClassic (the default) or AMQPQuorum.
 	AMQPQueueType string
+	// Layout is the layout of our outbox table (PostgreSQL, capture
+	// table): "plain" (the default) or "ring" (see postgres.LayoutRing).
+	Layout string
 
 	// Messages is the backlog of the drain scenarios. Default
 	// MessagesDefault, or DynamoMessagesDefault with a DynamoDB store.
@@ -261,6 +264,9 @@ func (o Options) Validate() error {
 	}
 	if o.IdleDuration <= 0 {
 		return invalid("IdleDuration", "idle-duration", "must be positive, got %v", o.IdleDuration)
+	}
+	if o.Layout != "" && o.Layout != LayoutPlain && o.Layout != LayoutRing {
+		return invalid("Layout", "layout", "must be %q or %q, got %q", LayoutPlain, LayoutRing, o.Layout)
 	}
 	if o.SteadyWarmup < 0 {
 		return invalid("SteadyWarmup", "steady-warmup", "must be 0 (none) or positive, got %v", o.SteadyWarmup)

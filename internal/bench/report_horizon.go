@@ -19,8 +19,8 @@ func (r *Report) horizonTable() (string, []string) {
 		b        strings.Builder
 		failures []string
 	)
-	fmt.Fprintf(&b, "\nxmin horizon [%s database]: steady/key@2000 (%d producers, %d messages per transaction, %gs after a %gs warm-up, one `outbox relay` process), free, and held by one idle transaction holding a transaction ID through the run with the relay\n",
-		r.DB, SteadyProducers, SteadyPerTx, o.SteadyDuration.Seconds(), o.SteadyWarmup.Seconds())
+	fmt.Fprintf(&b, "\nxmin horizon [%s database%s]: steady/key@2000 (%d producers, %d messages per transaction, %gs after a %gs warm-up, one `outbox relay` process), free, and held by one idle transaction holding a transaction ID through the run with the relay\n",
+		r.DB, layoutNote(o.Layout), SteadyProducers, SteadyPerTx, o.SteadyDuration.Seconds(), o.SteadyWarmup.Seconds())
 	b.WriteString("PG µs/MSG: PostgreSQL CPU per message with the relay (producers' and relay's work); PG ADDED: the part the relay adds; DEAD TUPLES: the outbox table's n_dead_tup once every message was received\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tACHIEVED\tP50 MS\tP99 MS\tMAX MS\tPG µs/MSG\tPG ADDED\tRELAY µs/MSG\tFETCH MEAN MS\tSETTLE MEAN MS\tDEAD TUPLES")

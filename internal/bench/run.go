@@ -195,6 +195,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer env.Close()
 	env.opts, env.db = o, db
+	if err := env.applyLayout(ctx); err != nil {
+		return nil, err
+	}
 	if db != DBExternal {
 		env.statements = env.enableStatements(ctx)
 	}

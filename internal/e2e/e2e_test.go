@@ -308,7 +308,7 @@ func chaosTwoRelays(t *testing.T, e *env, perWriter int) {
 func childRelay() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	st, err := postgres.Open(ctx, os.Getenv("OUTBOX_E2E_DSN"), postgres.Options{})
+	st, err := postgres.Open(ctx, os.Getenv("OUTBOX_E2E_DSN"), postgres.Options{RingRotate: ringRotateFromEnv()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -191,7 +191,7 @@ func (s *Store) Cleanup(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
 		limit = outbox.CleanupBatchDefault
 	}
-	tag, err := s.pool.Exec(ctx, s.q.cleanup, interval(s.opts.Retention), limit)
+	tag, err := s.pool.Exec(ctx, s.q.cleanup, s.planArgs(interval(s.opts.Retention), limit)...)
 	if err != nil {
 		return 0, s.wrap("cleanup", err)
 	}

@@ -122,6 +122,21 @@
 // for Options.HorizonWarnAfter. Capture wal writes no row and is not
 // slowed down.
 //
+// # The ring layout
+//
+// With Options.Layout [LayoutRing] (opt-in, applied by Migrate, online
+// for an existing table) the outbox table is LIST-partitioned into a ring
+// of Options.RingChildren children; writers (unchanged) insert into the
+// current one, named by a sequence, and the relay moves them on every
+// Options.RingRotate and TRUNCATEs each other child once every message in
+// it is delivered. TRUNCATE leaves no dead row, whatever holds the
+// horizon, so the rows the relay's statements walk over are those of the
+// last few seconds. A child is truncated only while held in ACCESS
+// EXCLUSIVE mode and found, after the lock, to hold no undelivered row:
+// a transaction that inserted into it and commits late keeps it (see
+// ring.go). Every guarantee above holds on it; the conformance suite, the
+// chaos and crash tests run on both layouts.
+//
 // # Retention
 //
 // By default acknowledged messages are deleted at once. With

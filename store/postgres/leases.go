@@ -30,8 +30,9 @@ func (s *Store) Partitions(ctx context.Context) (int, error) {
 	var (
 		p       int
 		standby bool
+		ring    bool
 	)
-	err := s.pool.QueryRow(ctx, s.q.partitions).Scan(&p, &standby)
+	err := s.pool.QueryRow(ctx, s.q.partitions).Scan(&p, &standby, &ring)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("postgres: partitions: the meta table %s is empty: run `outbox migrate --store <url>` (or Store.Migrate)", s.n.meta)
 	}
@@ -41,6 +42,7 @@ func (s *Store) Partitions(ctx context.Context) (int, error) {
 	if standby {
 		return 0, fmt.Errorf("postgres: partitions: %w", ErrStandby)
 	}
+	s.ringLayout.Store(ring)
 	s.partitions.Store(int64(p))
 	return p, nil
 }
@@ -62,6 +64,7 @@ func (s *Store) Heartbeat(ctx context.Context, node string, ttl time.Duration) (
 		return 0, s.wrap("heartbeat", err)
 	}
 	s.sampleHorizon(ctx)
+	s.startRingKeeper()
 	return live, nil
 }
 

@@ -174,7 +174,7 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 		}
 		states[i], bases[i], resumes[i], seens[i] = st, st.base, st.resume, st.seen
 	}
-	rows, err := s.pool.Query(ctx, s.q.marked, parts, afters, bases, limit, resumes, seens)
+	rows, err := s.pool.Query(ctx, s.q.marked, s.planArgs(parts, afters, bases, limit, resumes, seens)...)
 	if err != nil {
 		return nil, "", s.wrap("fetch", err)
 	}

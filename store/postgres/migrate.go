@@ -130,6 +130,11 @@ type MigrateReport struct {
 	DroppedInvalid []string
 	// Partitions is P.
 	Partitions int
+	// Layout is the outbox table's layout after Migrate (capture table).
+	Layout Layout
+	// ConvertedToRing reports that this Migrate turned the table into the
+	// ring layout (Options.Layout LayoutRing; see ring.go).
+	ConvertedToRing bool
 }
 
 // Migrate creates or upgrades the outbox tables: it applies the embedded
@@ -271,6 +276,10 @@ func (s *Store) migrate(ctx context.Context, conn *pgx.Conn, ms []migration) (Mi
 		rep.Partitions, err = s.fixPartitions(ctx, tx)
 		return err
 	})
+	if err != nil {
+		return rep, err
+	}
+	rep.Layout, rep.ConvertedToRing, err = s.migrateLayout(ctx, conn)
 	return rep, err
 }
 
@@ -342,6 +351,17 @@ func (s *Store) record(ctx context.Context, q interface {
 // earlier build left it invalid, and records it. It returns the indexes
 // dropped.
 func (s *Store) applyConcurrent(ctx context.Context, conn *pgx.Conn, m migration) ([]string, error) {
+	dropped, err := s.buildConcurrently(ctx, conn, m)
+	if err != nil {
+		return dropped, err
+	}
+	return dropped, s.record(ctx, conn, m)
+}
+
+// buildConcurrently is applyConcurrent without the record: it builds the
+// index of m (CREATE INDEX CONCURRENTLY), first dropping it if a failed
+// earlier build left it invalid, and returns the indexes dropped.
+func (s *Store) buildConcurrently(ctx context.Context, conn *pgx.Conn, m migration) ([]string, error) {
 	sql, err := s.n.render(m.sql)
 	if err != nil {
 		return nil, err
@@ -375,7 +395,7 @@ WHERE n.nspname = $1 AND c.relname = $2`, s.opts.Schema, index).Scan(&valid)
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return dropped, fmt.Errorf("migration %d (%s): %w (an invalid index %s may be left behind; the next migrate drops and rebuilds it)", m.version, m.name, err, index)
 	}
-	return dropped, s.record(ctx, conn, m)
+	return dropped, nil
 }
 
 // fixPartitions creates the partition count and its lease rows once, or

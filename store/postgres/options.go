@@ -94,6 +94,24 @@ type Options struct {
 	// slows down); default [HorizonWarnAfterDefault]; negative turns the
 	// warning off. See [Store.XminHorizon].
 	HorizonWarnAfter time.Duration
+	// Layout is how Migrate stores the outbox table (capture table):
+	// [LayoutPlain], one table whose deleted rows vacuum removes, or
+	// [LayoutRing], a ring of partitions the relay truncates once drained,
+	// whose cost does not depend on vacuum (choose it when sessions hold
+	// the xmin horizon and WAL capture is not possible). Migrate converts
+	// a plain table to the ring online; it does not convert back. Empty
+	// (the default) keeps the existing layout, plain for a new outbox.
+	// Writers need not know it; the relay finds it in the database.
+	Layout Layout
+	// RingChildren is the number of partitions of the ring, used by
+	// Migrate when it creates the ring; default [RingChildrenDefault],
+	// between 2 and [RingChildrenMax].
+	RingChildren int
+	// RingRotate is how often the relay moves the writers on to the next
+	// empty partition of the ring; default [RingRotateDefault], at least
+	// [RingRotateMin]. The deleted rows statements walk over are about
+	// those of two RingRotate periods.
+	RingRotate time.Duration
 }
 
 // Capture is how messages travel from writers to the relay.
@@ -135,6 +153,7 @@ func (o Options) WithDefaults() Options {
 	}
 	o.Capture = cmp.Or(o.Capture, CaptureTable)
 	o.HorizonWarnAfter = cmp.Or(o.HorizonWarnAfter, HorizonWarnAfterDefault)
+	o.RingRotate = cmp.Or(o.RingRotate, RingRotateDefault)
 	o.WAL = o.WAL.withDefaults(o.Schema, o.TablePrefix)
 	return o
 }
@@ -143,7 +162,8 @@ func (o Options) WithDefaults() Options {
 // NewWriter return it before any I/O.
 type OptionError struct {
 	// Field is the Options field: "Schema", "TablePrefix", "Partitions",
-	// "MaxPayload", "Retention", "Capture" or "WAL.<field>".
+	// "MaxPayload", "Retention", "Capture", "Layout", "RingChildren",
+	// "RingRotate" or "WAL.<field>".
 	Field string
 	// Reason says what is wrong with the value and what to use instead.
 	Reason string
@@ -177,6 +197,9 @@ func (o Options) validate() error {
 	}
 	if _, err := ParseCapture(string(o.Capture)); err != nil {
 		return &OptionError{"Capture", fmt.Sprintf("must be %q or %q, got %q", CaptureTable, CaptureWAL, o.Capture)}
+	}
+	if err := o.validateRing(); err != nil {
+		return err
 	}
 	if o.Capture == CaptureWAL {
 		if o.Retention > 0 {

@@ -89,7 +89,8 @@ type queries struct {
 func newQueries(n names, opts Options) queries {
 	var q queries
 	q.marked = markedFetchSQL(n)
-	q.partitions = `SELECT partitions, pg_is_in_recovery() FROM ` + n.meta
+	// The third column says whether the table has the ring layout (ring.go).
+	q.partitions = `SELECT partitions, pg_is_in_recovery(), coalesce((SELECT c.relkind = 'p' FROM pg_class c WHERE c.oid = to_regclass(` + quoteLiteral(n.messages) + `)), false) FROM ` + n.meta
 
 	// Upsert this node, forget expired ones, and count the live ones. The
 	// main query sees the table as before the CTEs ran, hence "+ 1" for

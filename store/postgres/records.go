@@ -87,7 +87,7 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 		return nil, err
 	}
 	parts, afters := cursorArrays(cursors)
-	rows, err := s.pool.Query(ctx, s.q.fetch, parts, afters, limit)
+	rows, err := s.pool.Query(ctx, s.q.fetch, s.planArgs(parts, afters, limit)...)
 	if err != nil {
 		return nil, s.wrap("fetch", err)
 	}
@@ -126,7 +126,7 @@ func (s *Store) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbo
 		return nil, err
 	}
 	parts, afters := cursorArrays(cursors)
-	rows, err := s.pool.Query(ctx, s.q.unsettled, parts, afters)
+	rows, err := s.pool.Query(ctx, s.q.unsettled, s.planArgs(parts, afters)...)
 	if err != nil {
 		return nil, s.wrap("unsettled", err)
 	}
@@ -176,7 +176,7 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 		return err
 	}
 	sql, args := settleSQL(s.n, s.opts.Retention > 0, node, parts, epochs, &b)
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, s.planArgs(args...)...)
 	if err != nil {
 		return s.wrap("settle", err)
 	}

@@ -41,6 +41,9 @@ type Store struct {
 	partitions atomic.Int64 // P once read; 0 before
 	horizon    horizonState // see horizon.go
 	claims     claimState   // see unordered.go
+	rn         ringNames    // see ring.go
+	ring       ringKeeper
+	ringLayout atomic.Bool // the table is a ring: see planArgs
 
 	closeCtx context.Context // cancelled by Close: ends subscriptions
 	cancel   context.CancelFunc
@@ -110,7 +113,7 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, err
 	}
 	n := newNames(opts)
-	s := &Store{pool: pool, opts: opts, n: n, q: newQueries(n, opts), writer: w}
+	s := &Store{pool: pool, opts: opts, n: n, q: newQueries(n, opts), writer: w, rn: newRingNames(opts)}
 	s.closeCtx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }

@@ -100,6 +100,20 @@ func uuidAt(t time.Time) pgtype.UUID {
 // or claimOld, split at bound) in tx; plan first sets the claim's plan
 // for the transaction (the first call in it).
 func (s *Store) claimRange(ctx context.Context, tx pgx.Tx, query string, limit int, skip []string, bound pgtype.UUID, plan bool) ([]outbox.Record, error) {
+	if s.ringLayout.Load() {
+		// The ring's statements run unnamed (planArgs), which a batch
+		// cannot say per query: two round trips.
+		if plan {
+			if _, err := tx.Exec(ctx, claimPlan); err != nil {
+				return nil, err
+			}
+		}
+		rows, err := tx.Query(ctx, query, s.planArgs(limit, skip, bound)...)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, scanRecord)
+	}
 	b := &pgx.Batch{}
 	if plan {
 		b.Queue(claimPlan)
@@ -173,7 +187,7 @@ func (c *claim) Settle(ctx context.Context, st outbox.Settlement) error {
 		return err
 	}
 	sql, args := settleSQL(c.s.n, c.s.opts.Retention > 0, "", nil, nil, &b)
-	if _, err := c.tx.Exec(ctx, sql, args...); err != nil {
+	if _, err := c.tx.Exec(ctx, sql, c.s.planArgs(args...)...); err != nil {
 		_ = c.end(context.WithoutCancel(ctx))
 		return c.s.wrap("claim settle", err)
 	}
