@@ -135,10 +135,11 @@ func TestRunEveryScenario(t *testing.T) {
 		}
 	}
 	for _, tg := range rep.Targets {
-		// Statements need pg_stat_statements (not on the test server); a
-		// ratio of what the relay adds needs mode none to add something,
-		// which at a tiny load it may not.
-		if !tg.Measured && !strings.Contains(tg.Name, "statements/s") && !strings.Contains(tg.Name, "the relay adds within") {
+		// Statements need pg_stat_statements (not on the test server);
+		// what the relay adds to PostgreSQL's CPU is a difference of two
+		// measurements, which at this tiny load can come out at zero or
+		// below (then not measured), in either ordering.
+		if !tg.Measured && !strings.Contains(tg.Name, "statements/s") && !strings.Contains(tg.Name, "the relay adds") {
 			t.Errorf("target %q not measured", tg.Name)
 		}
 	}

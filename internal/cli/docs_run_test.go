@@ -162,6 +162,8 @@ func docGroup(text string) string {
 		return "rediss"
 	case has("sqs://"):
 		return "sqs"
+	case has("kinesis://"):
+		return "kinesis"
 	case has("db.example", "sslcert="):
 		return "postgres-cert"
 	case has("db.example", "PGPASSFILE"):
@@ -657,6 +659,15 @@ VALUES ('0190f1b4-7c8e-7a3b-9c1d-2e3f4a5b6c7d', 0, 'orders.created', 'customer-4
 		creds := e.file(t, "aws/credentials", []byte("[default]\naws_access_key_id = doc\naws_secret_access_key = doc\n[outbox-relay]\naws_access_key_id = doc\naws_secret_access_key = doc\n"))
 		e.env = append(e.env, "AWS_CONFIG_FILE="+cfg, "AWS_SHARED_CREDENTIALS_FILE="+creds, "AWS_ENDPOINT_URL="+g.Endpoint())
 		e.replace("https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", g.QueueURL("orders.fifo"))
+		dbAndBroker()
+
+	case "kinesis":
+		// kinesalite; the profile and the endpoint in the AWS SDK's own
+		// configuration, as for sqs.
+		k := testenv.KinesaliteServer(t)
+		cfg := e.file(t, "aws/config", []byte("[default]\nregion = eu-west-1\n[profile outbox-relay]\nregion = eu-west-1\n"))
+		creds := e.file(t, "aws/credentials", []byte("[default]\naws_access_key_id = doc\naws_secret_access_key = doc\n[outbox-relay]\naws_access_key_id = doc\naws_secret_access_key = doc\n"))
+		e.env = append(e.env, "AWS_CONFIG_FILE="+cfg, "AWS_SHARED_CREDENTIALS_FILE="+creds, "AWS_ENDPOINT_URL="+k.Endpoint())
 		dbAndBroker()
 
 	case "postgres-cert", "postgres-password":
