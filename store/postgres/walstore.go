@@ -441,11 +441,12 @@ func (s *WALStore) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]ou
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.buf == nil {
+		s.mu.Unlock()
 		return nil, nil
 	}
 	var out []outbox.RecordRef
+	var parked []outbox.Cursor
 	for _, c := range cursors {
 		if c.Partition < 0 || c.Partition >= s.buf.p {
 			continue
@@ -456,12 +457,18 @@ func (s *WALStore) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]ou
 			}
 		}
 		if c.Partition < len(s.park.n) && s.park.n[c.Partition] > 0 {
-			refs, err := s.unsettledParked(ctx, c)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, refs...)
+			parked = append(parked, c)
 		}
+	}
+	s.mu.Unlock()
+	// The parked table is read without the lock: the reader takes it for
+	// every message it captures.
+	for _, c := range parked {
+		refs, err := s.unsettledParked(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, refs...)
 	}
 	return out, nil
 }
