@@ -40,7 +40,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/smithy-go"
@@ -172,30 +171,9 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	var cfg aws.Config
-	if opts.AWS != nil {
-		cfg = opts.AWS.Copy()
-	} else {
-		var lo []func(*config.LoadOptions) error
-		if opts.Profile != "" {
-			lo = append(lo, config.WithSharedConfigProfile(opts.Profile))
-		}
-		var err error
-		if cfg, err = config.LoadDefaultConfig(ctx, lo...); err != nil {
-			return nil, fmt.Errorf("sns: loading the AWS configuration: %w", err)
-		}
-	}
-	if opts.Region != "" {
-		cfg.Region = opts.Region
-	}
-	if cfg.Region == "" {
-		return nil, errors.New("sns: no AWS region: set AWS_REGION, a region in the profile, or Options.Region (sns://REGION)")
-	}
-	if cfg.Credentials == nil {
-		return nil, errors.New("sns: no AWS credentials: set AWS_PROFILE, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a web identity token, or run with a role")
-	}
-	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
-		return nil, fmt.Errorf("sns: no usable AWS credentials: %w", err)
+	cfg, err := awsmsg.LoadConfig(ctx, "sns", opts.AWS, opts.Profile, opts.Region, "sns://REGION")
+	if err != nil {
+		return nil, err
 	}
 	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.SNS)
 	if err != nil {

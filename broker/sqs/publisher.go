@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -80,30 +79,9 @@ func Dial(ctx context.Context, opts Options) (*Publisher, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	var cfg aws.Config
-	if opts.AWS != nil {
-		cfg = opts.AWS.Copy()
-	} else {
-		var loadOpts []func(*config.LoadOptions) error
-		if opts.Profile != "" {
-			loadOpts = append(loadOpts, config.WithSharedConfigProfile(opts.Profile))
-		}
-		var err error
-		if cfg, err = config.LoadDefaultConfig(ctx, loadOpts...); err != nil {
-			return nil, fmt.Errorf("sqs: loading the AWS configuration: %w", err)
-		}
-	}
-	if opts.Region != "" {
-		cfg.Region = opts.Region
-	}
-	if cfg.Region == "" {
-		return nil, errors.New("sqs: no AWS region: set AWS_REGION, a region in the profile, or Options.Region (?region= in the URL)")
-	}
-	if cfg.Credentials == nil {
-		return nil, errors.New("sqs: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a web identity token, or run with an instance or task role")
-	}
-	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
-		return nil, fmt.Errorf("sqs: no usable AWS credentials (the environment, the shared files, web identity, the container or instance role were tried): %w", err)
+	cfg, err := awsmsg.LoadConfig(ctx, "sqs", opts.AWS, opts.Profile, opts.Region, "?region= in the URL")
+	if err != nil {
+		return nil, err
 	}
 	ce, err := cloudevents.New(opts.CloudEvents, cloudevents.SQS)
 	if err != nil {
