@@ -409,7 +409,7 @@ func (c *poller) sweep(ctx context.Context) {
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, c.r.cfg.PublishTimeout)
 		defer cancel()
-		refs, err := c.r.store.Unsettled(sctx, cursors)
+		refs, err := c.r.caps.leases.Unsettled(sctx, cursors)
 		c.events <- sweepResult{start: start, refs: refs, err: err}
 	}()
 }

@@ -149,7 +149,10 @@ func (r *Relay) applyReports(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
 	defer cancel()
-	if err := r.store.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
+	if r.caps.stream != nil {
+		return r.releaseStream(ctx, held)
+	}
+	if err := r.caps.leases.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
 		// They expire by themselves; meanwhile no other relay can take them.
 		return fmt.Errorf("release leases: %w", err)
 	}
@@ -186,7 +189,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 	live, share := 0, 0
 	if !cutOff {
 		var err error
-		if live, err = r.store.Heartbeat(ctx, r.cfg.Node, ttl); err != nil {
+		if live, err = r.caps.leases.Heartbeat(ctx, r.cfg.Node, ttl); err != nil {
 			return fmt.Errorf("heartbeat: %w", err)
 		}
 		live = max(live, 1)
@@ -197,7 +200,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 	if !shuttingDown {
 		want = max(0, share-len(held))
 	}
-	got, err := r.store.AcquireLeases(ctx, r.cfg.Node, held, want, ttl)
+	got, err := r.caps.leases.AcquireLeases(ctx, r.cfg.Node, held, want, ttl)
 	if err != nil {
 		return fmt.Errorf("acquire leases: %w", err)
 	}
@@ -302,11 +305,15 @@ func (c *cutOff) check(ctx context.Context, r *Relay) bool {
 		c.on = true
 		r.log.Warn("cut off from the broker for a lease TTL: handing every partition back to relays that can publish", "err", err, "since", c.since)
 		// Stop counting as a live relay now, not when the heartbeat expires.
-		lctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		if err := r.store.Leave(lctx, r.cfg.Node, nil); err != nil {
-			r.log.Warn("removing the heartbeat failed; it expires by itself", "err", err)
+		// (A stream is released once what is in flight is settled: see
+		// streamRound.)
+		if l := r.caps.leases; l != nil {
+			lctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+			if err := l.Leave(lctx, r.cfg.Node, nil); err != nil {
+				r.log.Warn("removing the heartbeat failed; it expires by itself", "err", err)
+			}
+			cancel()
 		}
-		cancel()
 	}
 	return c.on
 }

@@ -5,7 +5,9 @@
 //
 // This package holds the portable parts and imports only the standard
 // library: [Message], IDs ([NewID], UUIDv7), partitioning ([PartitionOf]),
-// the [Store] and [Publisher] contracts, and the [Relay] with its [Config].
+// the capture contracts ([Store]: partitions shared by leases; [StreamStore]:
+// a log held by one process at a time), the [Publisher] contract, and the
+// [Relay] with its [Config].
 // Backends live in subpackages: store/postgres, store/sqlite,
 // store/dynamodb; broker/natsjs, broker/rabbitmq, broker/kafka.
 //
@@ -105,7 +107,7 @@
 // # Stopping
 //
 // Stop finishes the publishes in flight and writes their settlements. With
-// a store that confirms settlements as a log position ([PrefixConfirmer]:
+// a store that confirms settlements as a log position (a [StreamStore]:
 // the WAL capture), a message settled past an unsettled one is not
 // confirmed, and would be published again by the next reader; so the relay
 // first publishes, in key order, the messages before the last settled one

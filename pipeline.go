@@ -32,11 +32,13 @@ import (
 //     failing key that left memory (dropped) and the key's recovery
 //     (recovered), after which the capture reads them again, in order.
 //
-// The partition-lease poller (capture.go) is the pipeline's capture side in
-// key mode. The WAL capture (store/postgres WALStore) plugs in behind it,
-// through the Store interface: it serves Fetch from what it streamed and
-// confirms the slot when settlements are written, and copies none of the
-// pipeline. The SKIP LOCKED claim of ordering none (unordered.go) is the
+// The poller (capture.go) is the pipeline's capture side in key mode. Who
+// owns which partitions is decided outside both: the lease coordinator for
+// a Store (coordinator.go), the stream coordinator for a StreamStore, the
+// WAL (stream.go), whose relay owns every partition while its process
+// holds the stream. A StreamStore's records are read by the poller's
+// cursor fetch, never swept; it confirms the slot when settlements are
+// written, and copies none of the pipeline. The SKIP LOCKED claim of ordering none (unordered.go) is the
 // second capture side: it feeds one claim at a time to a pipeline in
 // claims mode (see publishAll): the records have no key order to keep, so
 // they wait in one queue instead of per-key FIFOs; each is published once

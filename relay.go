@@ -27,14 +27,14 @@ type Stats struct {
 	BlockedDestinations int
 }
 
-// Relay drains an outbox [Store] to a [Publisher]: at least once, in commit
+// Relay drains an outbox ([Store] or [StreamStore]) to a [Publisher]: at least once, in commit
 // order per key (with [OrderingKey]), with Workers batches in flight, and
 // with retries, backoff and dead letters for messages that keep failing.
 //
 // Create it with [NewRelay], then Start and Stop it, or Run it. Its methods
 // are safe for concurrent use.
 type Relay struct {
-	store Store
+	store Source
 	pub   Publisher
 	cfg   Config
 	log   *slog.Logger
@@ -71,10 +71,14 @@ type Relay struct {
 	// queueKey is the key a record is queued under, by Config.OrderScope.
 	queueKey func(*Record) string
 	dests    *destinations
-	round    roundResult  // of the last lease round; the coordinator's own
-	calls    *storeCalls  // the workers' fetches and settles, coalesced
-	stopGap  *stopBarrier // key mode with a PrefixConfirmer: where a stop drains to
-	caps     capabilities
+	round    roundResult // of the last lease round; the coordinator's own
+	// streamAsked: with a StreamStore, Hold was called since the last
+	// Release (the store is trying to take, or holds, the stream for this
+	// relay). The coordinator's own.
+	streamAsked bool
+	calls       *storeCalls  // the workers' fetches and settles, coalesced
+	stopGap     *stopBarrier // key mode with a StreamStore: where a stop drains to
+	caps        capabilities
 
 	lastBeat  atomic.Int64 // unix nanos of the last successful store round
 	published atomic.Int64
@@ -89,10 +93,12 @@ type Relay struct {
 	dupLog    atomic.Int64 // unix nanos of the last "duplicate" log line
 }
 
-// NewRelay returns a relay for store and pub. cfg is completed with
+// NewRelay returns a relay for store and pub. store is a [Store] (relays
+// share its partitions by leases) or a [StreamStore] (the relay of the
+// process holding the stream owns every partition). cfg is completed with
 // [Config.WithDefaults] and validated; the error names the field to change.
 // With OrderingNone the store must implement [UnorderedStore].
-func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
+func NewRelay(store Source, pub Publisher, cfg Config) (*Relay, error) {
 	if store == nil {
 		return nil, errors.New("outbox: NewRelay needs a store")
 	}
@@ -104,6 +110,12 @@ func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	caps := capsOf(store, pub)
+	switch {
+	case caps.leases == nil && caps.stream == nil:
+		return nil, fmt.Errorf("outbox: NewRelay: the store %T is neither a Store (partition leases) nor a StreamStore (a stream held by one process): %w", store, ErrUnsupported)
+	case caps.leases != nil && caps.stream != nil:
+		return nil, fmt.Errorf("outbox: NewRelay: the store %T is both a Store and a StreamStore: a source has one way to own partitions", store)
+	}
 	if cfg.Ordering == OrderingNone && caps.unordered == nil {
 		return nil, fmt.Errorf("outbox: Config.Ordering %q needs a store with row locks (UnorderedStore): %w", cfg.Ordering, ErrUnsupported)
 	}
@@ -318,7 +330,11 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	coordCtx, stopCoord := context.WithCancel(killCtx)
 	go func() {
 		defer close(coordDone)
-		r.coordinate(coordCtx, workCtx, broadcast)
+		if r.caps.stream != nil {
+			r.coordinateStream(coordCtx, workCtx, broadcast)
+		} else {
+			r.coordinate(coordCtx, workCtx, broadcast)
+		}
 	}()
 	var ws sync.WaitGroup
 	for _, w := range r.workers {
@@ -331,11 +347,17 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	r.leave(killCtx)
 }
 
-// leave releases every lease and the node's heartbeat on shutdown.
+// leave releases every lease and the node's heartbeat on shutdown (the
+// stream, with a StreamStore).
 func (r *Relay) leave(killCtx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(killCtx), r.cfg.PublishTimeout)
 	defer cancel()
-	if err := r.store.Leave(ctx, r.cfg.Node, r.heldLeases()); err != nil {
+	if st := r.caps.stream; st != nil {
+		if err := st.Release(ctx, r.cfg.Node); err != nil {
+			r.log.Warn("releasing the stream failed", "err", err)
+			r.fail(fmt.Errorf("outbox: release the stream: %w", err))
+		}
+	} else if err := r.caps.leases.Leave(ctx, r.cfg.Node, r.heldLeases()); err != nil {
 		r.log.Warn("leave failed; leases expire by themselves", "err", err)
 		r.fail(fmt.Errorf("outbox: leave: %w (the leases expire by themselves after Config.LeaseTTL)", err))
 	}
@@ -381,12 +403,15 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // capabilities are the optional abilities of the store and publisher,
 // decided once in NewRelay: no type assertion on a hot path.
 type capabilities struct {
+	// How the relay owns partitions: exactly one is set.
+	leases Store       // partition leases shared with other relays
+	stream StreamStore // a stream held by one process at a time; its settlements confirm a prefix
+
 	late        lateMode          // how records committing below a cursor are found
 	marked      MarkedFetcher     // with lateMarked: the store's fetch with marks
 	notifier    PartitionNotifier // notifications (nil: none)
 	cleaner     Cleaner           // retention cleanup (nil: none)
 	unordered   UnorderedStore    // Ordering none (nil: unsupported)
-	prefix      PrefixConfirmer   // a log position confirms settlements (nil: each is durable alone)
 	health      HealthChecker     // the publisher's broker health (nil: unknown)
 	keyPipeline int               // messages of one key per Publish call (KeyPipeliner; 1: one)
 }
@@ -402,9 +427,11 @@ const (
 	lateCommitOrdered                 // none can (CommitOrdered): no sweep
 )
 
-func capsOf(store Store, pub Publisher) capabilities {
+func capsOf(store Source, pub Publisher) capabilities {
 	var c capabilities
-	if _, ok := store.(CommitOrdered); ok {
+	c.leases, _ = store.(Store)
+	c.stream, _ = store.(StreamStore)
+	if _, ok := store.(CommitOrdered); ok || c.stream != nil {
 		c.late = lateCommitOrdered
 	} else if mf, ok := store.(MarkedFetcher); ok {
 		c.late, c.marked = lateMarked, mf
@@ -412,7 +439,6 @@ func capsOf(store Store, pub Publisher) capabilities {
 	c.notifier, _ = store.(PartitionNotifier)
 	c.cleaner, _ = store.(Cleaner)
 	c.unordered, _ = store.(UnorderedStore)
-	c.prefix, _ = store.(PrefixConfirmer)
 	c.health, _ = pub.(HealthChecker)
 	return c
 }

@@ -26,7 +26,7 @@ func memSide(t *testing.T, ord outbox.Ordering) *sidetest.Outbox {
 	return &sidetest.Outbox{
 		Store: st, Config: cfg,
 		Write:   func(msgs ...outbox.Message) error { return st.Write(t.Context(), msgs...) },
-		Reopen:  func(*testing.T) outbox.Store { return st },
+		Reopen:  func(*testing.T) outbox.Source { return st },
 		Dead:    func() int64 { return int64(len(st.Dead())) },
 		Pending: st.Outstanding,
 	}
@@ -42,7 +42,7 @@ func memStreamSide(t *testing.T) *sidetest.Outbox {
 	return &sidetest.Outbox{
 		Store: st, Config: sidetest.Config("a"),
 		Write:   func(msgs ...outbox.Message) error { return st.Write(t.Context(), msgs...) },
-		Reopen:  func(*testing.T) outbox.Store { return st },
+		Reopen:  func(*testing.T) outbox.Source { return st },
 		Dead:    func() int64 { return int64(len(st.Dead())) },
 		Pending: st.Outstanding,
 	}

@@ -89,15 +89,42 @@ func (s *Settlement) Empty() bool {
 	return len(s.Delivered) == 0 && len(s.Retry) == 0 && len(s.Dead) == 0
 }
 
-// Store is the relay side of an outbox: partition leases, fetching and
-// settling. Each store also exports its own Write function taking its own
-// transaction type; Write is not part of this interface.
+// Source is what every capture side offers the relay: the partition
+// count, a fetch of a partition's records after a cursor, and settlements.
+// How the relay comes to own partitions is the side's own protocol, and a
+// source has exactly one: partition leases ([Store], the table poller) or
+// a stream held by one process at a time ([StreamStore], a log such as
+// PostgreSQL's WAL). [NewRelay] takes either.
+//
+// A Source is safe for concurrent use. Its methods do one round of I/O and
+// do not retry; the [Relay] owns retries.
+type Source interface {
+	// Partitions returns P, the partition count fixed at migration.
+	Partitions(ctx context.Context) (int, error)
+
+	// Fetch returns, for each cursor, up to limit unpublished records of
+	// that partition with Seq > After, in Seq order, including records
+	// waiting for a retry (the relay honours NextAttemptAt). Reads are not
+	// fenced.
+	Fetch(ctx context.Context, cursors []Cursor, limit int) ([]Record, error)
+
+	// Settle applies settlements atomically per settlement. It is fenced:
+	// a settlement whose lease node no longer holds with that epoch (for a
+	// stream: whose epoch is not node's current hold) is not applied;
+	// Settle applies the others and returns a *[FencedError] listing the
+	// refused leases.
+	Settle(ctx context.Context, node string, settlements []Settlement) error
+}
+
+// Store is the table side of an outbox: relays share its partitions by
+// leases, and fetch and settle what they lease. Each store also exports its
+// own Write function taking its own transaction type; Write is not part of
+// this interface.
 //
 // A Store is safe for concurrent use. Its methods do one round of I/O and do
 // not retry; the [Relay] owns retries.
 type Store interface {
-	// Partitions returns P, the partition count fixed at migration.
-	Partitions(ctx context.Context) (int, error)
+	Source
 
 	// Heartbeat records that the relay node is alive until now+ttl (by the
 	// store's clock) and returns how many nodes are alive, this one
@@ -122,23 +149,11 @@ type Store interface {
 	// every lease it holds.
 	Leave(ctx context.Context, node string, leases []Lease) error
 
-	// Fetch returns, for each cursor, up to limit unpublished records of
-	// that partition with Seq > After, in Seq order, including records
-	// waiting for a retry (the relay honours NextAttemptAt). Reads are not
-	// fenced.
-	Fetch(ctx context.Context, cursors []Cursor, limit int) ([]Record, error)
-
 	// Unsettled returns the references of the unpublished records of each
 	// cursor's partition with Seq <= After. The relay uses it to find
 	// records whose transaction committed after records with a higher Seq
 	// had been fetched, so that none is left behind.
 	Unsettled(ctx context.Context, cursors []Cursor) ([]RecordRef, error)
-
-	// Settle applies settlements atomically per settlement. It is fenced:
-	// a settlement whose lease node no longer holds with that epoch is not
-	// applied; Settle applies the others and returns a *[FencedError]
-	// listing the refused leases.
-	Settle(ctx context.Context, node string, settlements []Settlement) error
 }
 
 // MarkedFetcher is implemented by stores whose Seq can be assigned in an
@@ -190,14 +205,40 @@ type Claim interface {
 	Release(ctx context.Context) error
 }
 
-// PrefixConfirmer is implemented by stores that make settlements durable
-// as a position in a log (the WAL capture: a replication slot's confirmed
-// position), which covers a record only once every record before it is
-// settled too. A record settled past an unsettled one is not confirmed:
-// if the relay stopped there, the next reader would publish it again. So
-// on a graceful stop the relay first publishes, in key order, the records
-// up to StopBarrier that can go at once, and only then leaves.
-type PrefixConfirmer interface {
+// StreamStore is the stream side of an outbox: records captured from a log
+// in commit order (PostgreSQL's WAL through a replication slot), which one
+// process at a time streams. Its relay owns every partition while its
+// process holds the stream, none while another does (it stands by), so
+// there are no leases: the hold is the fence, and each new hold has a new
+// epoch, which the relay puts in its settlements' Lease.
+//
+// Settlements become durable as a position in the log, which covers a
+// record only once every record before it is settled too: a record
+// settled past an unsettled one is not confirmed, and if the relay let go
+// of the stream there, the next holder would publish it again. So on a
+// graceful stop the relay first publishes, in key order, the records up
+// to StopBarrier that can go at once, and only then releases the stream.
+//
+// Records are fetched by partition and cursor like a Store's; Seq is
+// commit order, so the relay never looks below its cursors.
+type StreamStore interface {
+	Source
+
+	// Hold asks for the stream for node. It returns the epoch of node's
+	// hold while this process streams for node, or 0 while it does not
+	// (another process streams; or another relay of this process holds
+	// it), and a channel closed when that answer may have changed (the
+	// stream taken, lost or given up), so that the relay asks again at
+	// once. A store starts trying to take the stream at the first Hold,
+	// and keeps trying until Release. An error says why it cannot stream
+	// at all (a setting to change, the log position lost).
+	Hold(ctx context.Context, node string) (epoch int64, changed <-chan struct{}, err error)
+
+	// Release gives the stream up for node, making what is settled
+	// durable first, so that a relay of another process can take it.
+	// Releasing a stream node does not hold is a no-op.
+	Release(ctx context.Context, node string) error
+
 	// StopBarrier returns the Seq up to which every record must be settled
 	// for every settled record to be confirmed (the last record so far of
 	// the last transaction with a settled message), or 0 when no settled

@@ -36,7 +36,7 @@ type worker struct {
 	retryStore time.Time // no store call before this after a failure
 
 	// drainTo: on a graceful stop with a store that confirms a prefix
-	// (PrefixConfirmer), the worker publishes its partitions' records up
+	// (StreamStore), the worker publishes its partitions' records up
 	// to this Seq that can go at once before it leaves (see drain); -1
 	// once done or when there is nothing to drain.
 	drainTo int64
@@ -100,7 +100,7 @@ func (w *worker) run(ctx, killCtx context.Context) {
 				// (a large one, published while it is read): its later
 				// records raise the barrier; drain to it until it is
 				// complete or the deadline comes.
-				upTo, complete := w.r.caps.prefix.StopBarrier()
+				upTo, complete := w.r.caps.stream.StopBarrier()
 				switch {
 				case upTo > w.drainTo:
 					w.extendDrain(upTo)
@@ -177,7 +177,7 @@ func (w *worker) work(ctx, killCtx context.Context) bool {
 
 // drain is called on a graceful stop once nothing is in flight or waits to
 // be written. With a store that confirms settlements as a log position
-// (PrefixConfirmer, the WAL capture), records settled past an unsettled
+// (a StreamStore, the WAL capture), records settled past an unsettled
 // one would be published again by the next reader: every worker waits
 // for the others to be as far (stopBarrier), then the relay asks the store
 // up to which Seq records must be settled, and the worker publishes its
@@ -189,12 +189,12 @@ func (w *worker) work(ctx, killCtx context.Context) bool {
 // store logs how many). It reports whether the worker drains
 // (the loop runs on, restricted to those records).
 func (w *worker) drain(killCtx context.Context) bool {
-	if w.drainTo != 0 || w.r.caps.prefix == nil {
+	if w.drainTo != 0 || w.r.caps.stream == nil {
 		return false
 	}
 	w.drainTo = -1
 	upTo, ok := w.r.stopGap.wait(killCtx, func() int64 {
-		seq, _ := w.r.caps.prefix.StopBarrier()
+		seq, _ := w.r.caps.stream.StopBarrier()
 		return seq
 	})
 	if !ok || upTo <= 0 || len(w.pipe.lanes) == 0 {

@@ -11,7 +11,7 @@ import (
 // text and failure time, paging, counting, and finding messages by ID or
 // key.
 func testAdmin(s *suite) {
-	as, ok := s.s.(outbox.AdminStore)
+	as, ok := s.src.(outbox.AdminStore)
 	if !ok {
 		s.Skip("the store does not implement outbox.AdminStore")
 	}

@@ -17,9 +17,20 @@ import (
 type suite struct {
 	*testing.T
 	h   Harness
-	s   outbox.Store
+	src outbox.Source
+	s   outbox.Store       // the table side, or nil
+	st  outbox.StreamStore // the stream side, or nil
 	p   int
 	ctx context.Context
+}
+
+// needLeases skips a check of the partition-lease protocol on a stream,
+// whose relay owns partitions by Hold (checked by StreamHold).
+func (s *suite) needLeases() {
+	s.Helper()
+	if s.s == nil {
+		s.Skip("a StreamStore owns partitions by Hold, not leases: StreamHold checks it")
+	}
 }
 
 // write commits msgs in one transaction or fails the test.
@@ -60,7 +71,7 @@ func (s *suite) cursors(parts ...int) []outbox.Cursor {
 // fetch returns the pending records of parts (every partition when empty).
 func (s *suite) fetch(parts ...int) []outbox.Record {
 	s.Helper()
-	recs, err := s.s.Fetch(s.ctx, s.cursors(parts...), fetchAll)
+	recs, err := s.src.Fetch(s.ctx, s.cursors(parts...), fetchAll)
 	if err != nil {
 		s.Fatalf("Fetch: %v", err)
 	}
@@ -80,12 +91,41 @@ func (s *suite) byID(recs []outbox.Record) map[string]outbox.Record {
 	return m
 }
 
-// acquire takes up to want leases for node with a long ttl.
+// acquire takes up to want leases for node with a long ttl. On a stream it
+// holds the stream for node and returns every partition under the hold's
+// epoch.
 func (s *suite) acquire(node string, held []outbox.Lease, want int) []outbox.Lease {
 	s.Helper()
+	if s.st != nil {
+		return s.hold(node)
+	}
 	ls, err := s.s.AcquireLeases(s.ctx, node, held, want, longTTL)
 	if err != nil {
 		s.Fatalf("AcquireLeases(%s): %v", node, err)
+	}
+	return ls
+}
+
+// hold waits until node holds the stream and returns every partition under
+// the hold's epoch.
+func (s *suite) hold(node string) []outbox.Lease {
+	s.Helper()
+	var epoch int64
+	s.eventually(node+" holding the stream", func() (bool, error) {
+		e, changed, err := s.st.Hold(s.ctx, node)
+		if err != nil || e != 0 {
+			epoch = e
+			return e != 0, err
+		}
+		select { // the answer changes, or eventually's next try
+		case <-changed:
+		case <-time.After(50 * time.Millisecond):
+		}
+		return false, nil
+	})
+	ls := make([]outbox.Lease, s.p)
+	for p := range ls {
+		ls[p] = outbox.Lease{Partition: p, Epoch: epoch}
 	}
 	return ls
 }
@@ -103,7 +143,7 @@ func leaseOf(ls []outbox.Lease, p int) (outbox.Lease, bool) {
 // settle applies settlements as node, failing on any error.
 func (s *suite) settle(node string, sts ...outbox.Settlement) {
 	s.Helper()
-	if err := s.s.Settle(s.ctx, node, sts); err != nil {
+	if err := s.src.Settle(s.ctx, node, sts); err != nil {
 		s.Fatalf("Settle: %v", err)
 	}
 }

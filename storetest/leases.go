@@ -22,6 +22,7 @@ func (s *suite) checkLeaseSet(who string, ls []outbox.Lease) {
 }
 
 func testLeases(s *suite) {
+	s.needLeases()
 	a, b, c := "node-a", "node-b", "node-c"
 	held := s.acquire(a, nil, s.p)
 	s.checkLeaseSet(a, held)
@@ -89,6 +90,7 @@ func testLeases(s *suite) {
 }
 
 func testLeaseExpiry(s *suite) {
+	s.needLeases()
 	a, b := "node-a", "node-b"
 	short, err := s.s.AcquireLeases(s.ctx, a, nil, 1, shortTTL)
 	if err != nil {
@@ -124,6 +126,7 @@ func testLeaseExpiry(s *suite) {
 }
 
 func testLeaseSplit(s *suite) {
+	s.needLeases()
 	if s.p < 2 {
 		s.Skip("needs at least 2 partitions")
 	}
@@ -139,6 +142,7 @@ func testLeaseSplit(s *suite) {
 }
 
 func testLeaseConcurrent(s *suite) {
+	s.needLeases()
 	nodes := []string{"node-a", "node-b", "node-c", "node-d"}
 	got := make([][]outbox.Lease, len(nodes))
 	errs := make([]error, len(nodes))
@@ -166,6 +170,7 @@ func testLeaseConcurrent(s *suite) {
 }
 
 func testHeartbeat(s *suite) {
+	s.needLeases()
 	hb := func(node string, ttl time.Duration) int {
 		s.Helper()
 		n, err := s.s.Heartbeat(s.ctx, node, ttl)
@@ -203,6 +208,7 @@ func testHeartbeat(s *suite) {
 // with the same node name (a restart, two replicas configured alike) took
 // them with higher epochs: the first one's Leave must leave them alone.
 func testLeaveOwnEpochs(s *suite) {
+	s.needLeases()
 	a, b := "node-a", "node-b"
 	old, err := s.s.AcquireLeases(s.ctx, a, nil, 1, shortTTL)
 	if err != nil || len(old) != 1 {

@@ -12,7 +12,7 @@ import (
 )
 
 func testPartitions(s *suite) {
-	p, err := s.s.Partitions(s.ctx)
+	p, err := s.src.Partitions(s.ctx)
 	if err != nil {
 		s.Fatalf("Partitions: %v", err)
 	}
@@ -175,7 +175,7 @@ func testFetchAfterLimit(s *suite) {
 	if q >= 0 {
 		cursors = s.cursors(p, q)
 	}
-	recs, err := s.s.Fetch(s.ctx, cursors, 3)
+	recs, err := s.src.Fetch(s.ctx, cursors, 3)
 	if err != nil {
 		s.Fatalf("Fetch: %v", err)
 	}
@@ -198,14 +198,14 @@ func testFetchAfterLimit(s *suite) {
 	}
 
 	// After skips what was read.
-	next, err := s.s.Fetch(s.ctx, []outbox.Cursor{{Lease: outbox.Lease{Partition: p}, After: all[2].Seq}}, 3)
+	next, err := s.src.Fetch(s.ctx, []outbox.Cursor{{Lease: outbox.Lease{Partition: p}, After: all[2].Seq}}, 3)
 	if err != nil {
 		s.Fatalf("Fetch: %v", err)
 	}
 	if len(next) != 3 || next[0].ID != msgs[3].ID || next[2].ID != msgs[5].ID {
 		s.Errorf("After the 3rd record, limit 3: got %v, want records 4 to 6", ids(next))
 	}
-	last, err := s.s.Fetch(s.ctx, []outbox.Cursor{{Lease: outbox.Lease{Partition: p}, After: all[6].Seq}}, 3)
+	last, err := s.src.Fetch(s.ctx, []outbox.Cursor{{Lease: outbox.Lease{Partition: p}, After: all[6].Seq}}, 3)
 	if err != nil {
 		s.Fatalf("Fetch: %v", err)
 	}
@@ -272,6 +272,7 @@ func testWriteValidation(s *suite) {
 }
 
 func testUnsettled(s *suite) {
+	s.needLeases()
 	key := "unsettled-key"
 	p := outbox.PartitionOf(key, s.p)
 	msgs := newMessages(5, "unsettled", key)

@@ -53,7 +53,7 @@ func testSettle(s *suite) {
 		s.Errorf("untouched record changed: %+v", r3)
 	}
 
-	if dls, ok := s.s.(outbox.AdminStore); ok {
+	if dls, ok := s.src.(outbox.AdminStore); ok {
 		dl, err := dls.DeadLetters(s.ctx, outbox.DeadLetterFilter{})
 		if err != nil {
 			s.Fatalf("DeadLetters: %v", err)
@@ -80,7 +80,7 @@ func testSettle(s *suite) {
 	}
 	// Empty settlements are fine.
 	s.settle(node, outbox.Settlement{Lease: lease})
-	if err := s.s.Settle(s.ctx, node, nil); err != nil {
+	if err := s.src.Settle(s.ctx, node, nil); err != nil {
 		s.Errorf("Settle(nil): %v", err)
 	}
 	// Delivering the rest empties the partition.
@@ -91,6 +91,7 @@ func testSettle(s *suite) {
 }
 
 func testSettleFenced(s *suite) {
+	s.needLeases()
 	if s.p < 2 {
 		s.Skip("needs at least 2 partitions")
 	}
@@ -117,7 +118,7 @@ func testSettleFenced(s *suite) {
 	if len(lb) != 1 || lb[0].Partition != p {
 		s.Fatalf("%s took %v, want partition %d", b, lb, p)
 	}
-	err := s.s.Settle(s.ctx, a, []outbox.Settlement{
+	err := s.src.Settle(s.ctx, a, []outbox.Settlement{
 		{
 			Lease:     lp,
 			Delivered: []string{recsP[0].ID},
@@ -146,7 +147,7 @@ func testSettleFenced(s *suite) {
 	if got := s.fetch(q); !slices.Equal(ids(got), ids(recsQ[1:])) {
 		s.Errorf("valid settlement of partition %d: records %v, want %v", q, ids(got), ids(recsQ[1:]))
 	}
-	if dls, ok := s.s.(outbox.AdminStore); ok {
+	if dls, ok := s.src.(outbox.AdminStore); ok {
 		if dl, err := dls.DeadLetters(s.ctx, outbox.DeadLetterFilter{}); err != nil || len(dl) != 0 {
 			s.Errorf("fenced dead letter applied: DeadLetters = %d entries, %v; want none", len(dl), err)
 		}
@@ -154,11 +155,11 @@ func testSettleFenced(s *suite) {
 
 	// The wrong node with the right epoch, and a lease never taken, are
 	// fenced too.
-	err = s.s.Settle(s.ctx, a, []outbox.Settlement{{Lease: lb[0], Delivered: []string{recsP[0].ID}}})
+	err = s.src.Settle(s.ctx, a, []outbox.Settlement{{Lease: lb[0], Delivered: []string{recsP[0].ID}}})
 	if !errors.As(err, &fe) || !slices.Equal(fe.Leases, []outbox.Lease{lb[0]}) {
 		s.Errorf("Settle as %s under %s's lease: got %v, want a FencedError for %v", a, b, err, lb[0])
 	}
-	err = s.s.Settle(s.ctx, "node-z", []outbox.Settlement{{Lease: outbox.Lease{Partition: q, Epoch: 0}, Delivered: []string{recsQ[1].ID}}})
+	err = s.src.Settle(s.ctx, "node-z", []outbox.Settlement{{Lease: outbox.Lease{Partition: q, Epoch: 0}, Delivered: []string{recsQ[1].ID}}})
 	if !errors.As(err, &fe) {
 		s.Errorf("Settle under a lease never taken: got %v, want a FencedError", err)
 	}
@@ -180,7 +181,7 @@ func testSettleFenced(s *suite) {
 	if len(again) != 1 || again[0].Partition != q || again[0].Epoch <= lq.Epoch {
 		s.Fatalf("%s re-took %v, want partition %d with an epoch above %d", a, again, q, lq.Epoch)
 	}
-	err = s.s.Settle(s.ctx, a, []outbox.Settlement{{Lease: lq, Delivered: []string{recsQ[1].ID}}})
+	err = s.src.Settle(s.ctx, a, []outbox.Settlement{{Lease: lq, Delivered: []string{recsQ[1].ID}}})
 	if !errors.As(err, &fe) || !slices.Equal(fe.Leases, []outbox.Lease{lq}) {
 		s.Errorf("Settle under the node's former epoch: got %v, want a FencedError for %v", err, lq)
 	}

@@ -20,7 +20,10 @@
 // per-cursor limit; leases are acquired, renewed, released, taken over
 // after expiry with a higher epoch, and split between nodes; Settle
 // delivers, retries and dead-letters, and is fenced by lease and epoch;
-// Unsettled; Heartbeat counts live nodes. The optional abilities are checked
+// Unsettled; Heartbeat counts live nodes. For an outbox.StreamStore the
+// same without the lease checks, and instead: one node at a time holds
+// the stream, the next takes it over on Release with a higher epoch, and
+// settlements of a former hold are fenced. The optional abilities are checked
 // when the store implements them: outbox.UnorderedStore (concurrent claims
 // never overlap; released records come back), outbox.BacklogReader (exact
 // figures under the limit, a sample that says so above it),
@@ -53,8 +56,9 @@ import (
 
 // Harness is one fresh store under test.
 type Harness struct {
-	// Store is a fresh, isolated, migrated store with no messages.
-	Store outbox.Store
+	// Store is a fresh, isolated, migrated store with no messages: an
+	// outbox.Store or an outbox.StreamStore.
+	Store outbox.Source
 	// Write commits msgs in one transaction of the store's own kind, with
 	// the store's Write function. It must return the store's validation
 	// errors as they are (wrapping *outbox.ValidationError).
@@ -112,6 +116,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Admin", testAdmin},
 		{"Subscribe", testSubscribe},
 		{"FetchMarked", testFetchMarked},
+		{"StreamHold", testStreamHold},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,7 +127,12 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 			defer cancel()
-			tc.fn(&suite{T: t, h: h, s: h.Store, p: h.Partitions, ctx: ctx})
+			ls, _ := h.Store.(outbox.Store)
+			st, _ := h.Store.(outbox.StreamStore)
+			if (ls == nil) == (st == nil) {
+				t.Fatalf("storetest: the harness's Store %T must be an outbox.Store or an outbox.StreamStore (and not both)", h.Store)
+			}
+			tc.fn(&suite{T: t, h: h, src: h.Store, s: ls, st: st, p: h.Partitions, ctx: ctx})
 		})
 	}
 }

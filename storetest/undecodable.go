@@ -51,7 +51,7 @@ func Undecodable(t *testing.T, h Harness, corrupt func(ctx context.Context, id s
 		t.Fatal(err)
 	}
 	defer r.Stop()
-	(&suite{T: t, h: h, s: h.Store, ctx: ctx}).eventually("every decodable message published (one bad row must not stall the others)", func() (bool, error) {
+	(&suite{T: t, h: h, src: h.Store, ctx: ctx}).eventually("every decodable message published (one bad row must not stall the others)", func() (bool, error) {
 		return pub.len() >= len(msgs)-1, nil
 	})
 	if err := r.Stop(); err != nil {

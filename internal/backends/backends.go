@@ -42,10 +42,11 @@ const (
 	BrokerFlag = "--broker"
 )
 
-// Store is a relay-side store that the command can also migrate and close.
+// Store is a relay-side store (an outbox.Store, or an outbox.StreamStore for
+// PostgreSQL's capture wal) that the command can also migrate and close.
 // Openers adapt stores whose Close has another signature with a wrapper.
 type Store interface {
-	outbox.Store
+	outbox.Source
 	// Migrate creates or upgrades the store's tables; running it again is a
 	// no-op.
 	Migrate(ctx context.Context) error

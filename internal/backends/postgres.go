@@ -131,7 +131,7 @@ func openPostgres(ctx context.Context, u *url.URL, o StoreOptions) (Store, error
 		if o.Logger != nil {
 			s.SetLogger(o.Logger)
 		}
-		// Its abilities: CommitOrdered, PartitionNotifier, SlotReader,
+		// Its abilities: StreamStore, PartitionNotifier, SlotReader,
 		// AdminStore, and Check for the relay's start-up.
 		return s, nil
 	}

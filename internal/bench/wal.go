@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -173,10 +174,18 @@ func CeilingWAL(ctx context.Context, env *Env, k Knobs) (RunResult, error) {
 		untimed()
 		return RunResult{}, err
 	}
-	leases, err := store.AcquireLeases(tctx, node, nil, env.partitions, time.Hour)
+	epoch, _, err := store.Hold(tctx, node)
+	if err == nil && epoch == 0 {
+		err = errors.New("bench: the WAL ceiling's store streams but does not hold the stream")
+	}
 	if err != nil {
 		untimed()
 		return RunResult{}, err
+	}
+	defer store.Release(context.WithoutCancel(ctx), node)
+	leases := make([]outbox.Lease, env.partitions)
+	for p := range leases {
+		leases[p] = outbox.Lease{Partition: p, Epoch: epoch}
 	}
 	var settled atomic.Int64
 	var wg sync.WaitGroup

@@ -63,7 +63,7 @@ func (a *app) checkConsole(cf *consoleFlags, addr string) (*console.Auth, error)
 
 // newConsoleServer builds the console of a store, with the relay of this
 // process when live is not nil.
-func (a *app) newConsoleServer(cf *consoleFlags, auth *console.Auth, storeURL string, store outbox.Store, live console.Live) (*console.Server, error) {
+func (a *app) newConsoleServer(cf *consoleFlags, auth *console.Auth, storeURL string, store outbox.Source, live console.Live) (*console.Server, error) {
 	return console.New(console.Options{
 		Store:     store,
 		StoreKind: storeScheme(storeURL),
@@ -77,7 +77,7 @@ func (a *app) newConsoleServer(cf *consoleFlags, auth *console.Auth, storeURL st
 
 // relayConsole returns the console handler of `outbox relay --console`, or
 // nil without --console, and a function that stops it.
-func (a *app) relayConsole(cf *consoleFlags, auth *console.Auth, storeURL string, store outbox.Store, relay *outbox.Relay) (http.Handler, func(), error) {
+func (a *app) relayConsole(cf *consoleFlags, auth *console.Auth, storeURL string, store outbox.Source, relay *outbox.Relay) (http.Handler, func(), error) {
 	if !cf.enabled {
 		return nil, func() {}, nil
 	}

@@ -24,10 +24,6 @@ import (
 // 8000, 8080).
 const HTTPAddrDefault = "127.0.0.1:7467"
 
-// walHeartbeatInterval is the lease round of a relay with capture wal: a
-// standby that takes the slot over starts publishing within it.
-const walHeartbeatInterval = time.Second
-
 // httpShutdownTimeout bounds the HTTP server's graceful shutdown.
 const httpShutdownTimeout = 5 * time.Second
 
@@ -292,12 +288,6 @@ func (a *app) runRelay(ctx context.Context, cmd *cobra.Command, f *relayFlags) (
 		if err := outboxprom.RegisterHorizon(reg, hr); err != nil {
 			return err
 		}
-	}
-	if _, ok := store.(outbox.SlotReader); ok && cfg.HeartbeatInterval == 0 {
-		// Capture wal: a lease round costs nothing (the leases live in
-		// memory), and a standby that took the slot over publishes from
-		// its next round on: make rounds frequent.
-		cfg.HeartbeatInterval = min(walHeartbeatInterval, cfg.WithDefaults().HeartbeatInterval)
 	}
 	if c, ok := store.(interface{ Check(context.Context) error }); ok {
 		// Capture wal: a setting to change or a lost slot stops the relay

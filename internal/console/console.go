@@ -40,7 +40,7 @@ type Options struct {
 	// Store is the outbox. Required. The pages of status, dead letters
 	// and find need it to implement outbox.AdminStore; for a store that
 	// does not, they say that it cannot show them.
-	Store outbox.Store
+	Store outbox.Source
 	// StoreKind names the store in the page header ("postgres").
 	StoreKind string
 	// Live is the relay of this process, or nil (`outbox console`).

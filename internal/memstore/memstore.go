@@ -347,10 +347,25 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 	if err := s.enter("Settle"); err != nil {
 		return err
 	}
+	return s.settleLocked(settlements, func(l outbox.Lease) bool { return s.leases.Holds(node, l) })
+}
+
+// settleUnfenced applies settlements under the fence of a caller that
+// owns partitions its own way (Stream), with the injected failures.
+func (s *Store) settleUnfenced(settlements []outbox.Settlement, holds func(outbox.Lease) bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("Settle"); err != nil {
+		return err
+	}
+	return s.settleLocked(settlements, holds)
+}
+
+func (s *Store) settleLocked(settlements []outbox.Settlement, holds func(outbox.Lease) bool) error {
 	now := s.now()
 	var fenced []outbox.Lease
 	for _, st := range settlements {
-		if !s.leases.Holds(node, st.Lease) {
+		if !holds(st.Lease) {
 			fenced = append(fenced, st.Lease)
 			continue
 		}

@@ -22,6 +22,14 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// The stream stand-in is held, fenced and confirmed like a StreamStore.
+func TestStreamConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		st := memstore.NewStream(8)
+		return storetest.Harness{Store: st, Write: st.Write, Partitions: 8}
+	})
+}
+
 // TestFetchMarkedLimitsLateRecords: late records come back at most limit
 // per partition per fetch, before any later record of the partition, and
 // draining returns each once.

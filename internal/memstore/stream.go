@@ -4,27 +4,30 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/outboxrelay/outbox"
 )
 
 // Stream is an in-memory stand-in for an outbox captured from a log (like
 // PostgreSQL's WAL capture), for the engine's tests of the stream capture
-// side: Seq is commit order (outbox.CommitOrdered), and settlements become
-// durable only as a prefix of transactions, each Write one transaction
-// (outbox.PrefixConfirmer). When the last relay leaves, the messages
-// settled past the confirmed prefix are read again, with their Seq, as the
-// next holder of a replication slot reads again what was not confirmed.
+// side (outbox.StreamStore): one relay at a time holds the stream, Seq is
+// commit order, and settlements become durable only as a prefix of
+// transactions, each Write one transaction. When the holder releases it,
+// the messages settled past the confirmed prefix are read again, with
+// their Seq, as the next holder of a replication slot reads again what was
+// not confirmed; the next relay asking for it holds it, with a new epoch.
 // It offers neither a marked fetch nor an unordered claim.
 type Stream struct {
 	s       *Store
 	writeMu sync.Mutex // one Write at a time: Seq order is commit order
 
-	mu    sync.Mutex
-	txns  []*streamTxn // not confirmed yet, in commit order
-	live  map[string]bool
-	again int // messages read again because a relay left past the prefix
+	mu      sync.Mutex
+	txns    []*streamTxn // not confirmed yet, in commit order
+	holder  string       // the relay holding the stream, or ""
+	epoch   int64        // of the current hold; every hold has a new one
+	waiting []string     // relays asking for the stream, in order
+	changed chan struct{}
+	again   int // messages read again because a holder let go past the prefix
 }
 
 type streamTxn struct {
@@ -34,7 +37,7 @@ type streamTxn struct {
 
 // NewStream returns a stream store with p partitions.
 func NewStream(p int) *Stream {
-	return &Stream{s: New(p, nil), live: map[string]bool{}}
+	return &Stream{s: New(p, nil), changed: make(chan struct{})}
 }
 
 // Write commits msgs as one transaction.
@@ -78,38 +81,52 @@ func (st *Stream) ReadAgain() int {
 	return st.again
 }
 
-// CommitOrdered: Seq is commit order.
-func (st *Stream) CommitOrdered() {}
-
 func (st *Stream) Partitions(ctx context.Context) (int, error) { return st.s.Partitions(ctx) }
 
-func (st *Stream) Heartbeat(ctx context.Context, node string, ttl time.Duration) (int, error) {
-	st.mu.Lock()
-	st.live[node] = true
-	st.mu.Unlock()
-	return st.s.Heartbeat(ctx, node, ttl)
-}
-
-func (st *Stream) AcquireLeases(ctx context.Context, node string, held []outbox.Lease, want int, ttl time.Duration) ([]outbox.Lease, error) {
-	return st.s.AcquireLeases(ctx, node, held, want, ttl)
-}
-
-func (st *Stream) ReleaseLeases(ctx context.Context, node string, leases []outbox.Lease) error {
-	return st.s.ReleaseLeases(ctx, node, leases)
-}
-
-// Leave removes node; when no relay is left, what was settled past the
-// confirmed prefix is read again.
-func (st *Stream) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
-	if err := st.s.Leave(ctx, node, leases); err != nil {
-		return err
-	}
+// Holder returns the relay holding the stream and its epoch.
+func (st *Stream) Holder() (string, int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	delete(st.live, node)
-	if len(st.live) > 0 {
+	return st.holder, st.epoch
+}
+
+// Hold gives node the stream when nobody holds it (the first relay
+// waiting, when several ask).
+func (st *Stream) Hold(ctx context.Context, node string) (int64, <-chan struct{}, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !slices.Contains(st.waiting, node) && st.holder != node {
+		st.waiting = append(st.waiting, node)
+	}
+	st.handOverLocked()
+	if st.holder == node {
+		return st.epoch, st.changed, nil
+	}
+	return 0, st.changed, nil
+}
+
+// handOverLocked gives the stream to the first relay waiting when nobody
+// holds it.
+func (st *Stream) handOverLocked() {
+	if st.holder != "" || len(st.waiting) == 0 {
+		return
+	}
+	st.holder, st.waiting = st.waiting[0], st.waiting[1:]
+	st.epoch++
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
+// Release lets the stream go when node holds it: what was settled past
+// the confirmed prefix is read again by the next holder.
+func (st *Stream) Release(ctx context.Context, node string) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.waiting = slices.DeleteFunc(st.waiting, func(n string) bool { return n == node })
+	if st.holder != node {
 		return nil
 	}
+	st.holder = ""
 	var again []outbox.Record
 	for _, t := range st.txns {
 		for _, r := range t.recs {
@@ -121,6 +138,9 @@ func (st *Stream) Leave(ctx context.Context, node string, leases []outbox.Lease)
 	}
 	st.again += len(again)
 	st.s.restore(again)
+	close(st.changed)
+	st.changed = make(chan struct{})
+	st.handOverLocked()
 	return nil
 }
 
@@ -128,16 +148,17 @@ func (st *Stream) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int)
 	return st.s.Fetch(ctx, cursors, limit)
 }
 
-func (st *Stream) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbox.RecordRef, error) {
-	return st.s.Unsettled(ctx, cursors)
-}
-
-// Settle applies the settlements, then confirms the prefix of
-// transactions whose every message is settled.
+// Settle applies the settlements of node's current hold (the others are
+// fenced), then confirms the prefix of transactions whose every message
+// is settled.
 func (st *Stream) Settle(ctx context.Context, node string, settlements []outbox.Settlement) error {
-	err := st.s.Settle(ctx, node, settlements)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if err := st.s.settleUnfenced(settlements, func(l outbox.Lease) bool {
+		return st.holder == node && l.Epoch == st.epoch
+	}); err != nil {
+		return err
+	}
 	for _, t := range st.txns {
 		for _, r := range t.recs {
 			if _, held := st.s.Record(r.ID); !held {
@@ -150,10 +171,10 @@ func (st *Stream) Settle(ctx context.Context, node string, settlements []outbox.
 		i++
 	}
 	st.txns = slices.Delete(st.txns, 0, i)
-	return err
+	return nil
 }
 
-// StopBarrier implements outbox.PrefixConfirmer: the last Seq of the last
+// StopBarrier implements outbox.StreamStore: the last Seq of the last
 // unconfirmed transaction with a settled message (always complete: a
 // Write is visible whole).
 func (st *Stream) StopBarrier() (int64, bool) {
@@ -172,7 +193,7 @@ func (st *Stream) SubscribePartitions(ctx context.Context, fn func([]int)) error
 	return st.s.SubscribePartitions(ctx, fn)
 }
 
-// Close implements outbox.Store.
+// Close is a no-op.
 func (st *Stream) Close() error { return nil }
 
 // restore makes records outstanding again, with their Seq.
@@ -189,8 +210,6 @@ func (s *Store) restore(recs []outbox.Record) {
 }
 
 var (
-	_ outbox.Store             = (*Stream)(nil)
-	_ outbox.CommitOrdered     = (*Stream)(nil)
-	_ outbox.PrefixConfirmer   = (*Stream)(nil)
+	_ outbox.StreamStore       = (*Stream)(nil)
 	_ outbox.PartitionNotifier = (*Stream)(nil)
 )

@@ -8,7 +8,7 @@ import (
 )
 
 // Start creates and starts a relay, stopped by t.Cleanup.
-func Start(t testing.TB, st outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
+func Start(t testing.TB, st outbox.Source, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
 	r, err := outbox.NewRelay(st, pub, cfg)
 	if err != nil {

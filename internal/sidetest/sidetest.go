@@ -31,10 +31,10 @@ type Side struct {
 // use, how to write to it, how to open another store on it (the next relay
 // process), how many messages were dead-lettered and how many wait.
 type Outbox struct {
-	Store   outbox.Store
+	Store   outbox.Source
 	Config  outbox.Config
 	Write   func(msgs ...outbox.Message) error
-	Reopen  func(t *testing.T) outbox.Store
+	Reopen  func(t *testing.T) outbox.Source
 	Dead    func() int64
 	Pending func() int // messages not yet published (-1: the store cannot say)
 }

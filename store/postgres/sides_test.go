@@ -27,7 +27,7 @@ func tableSide(t *testing.T, ord outbox.Ordering) *sidetest.Outbox {
 	return &sidetest.Outbox{
 		Store: b.store, Config: cfg,
 		Write: func(msgs ...outbox.Message) error { return b.write(t, msgs...) },
-		Reopen: func(t *testing.T) outbox.Store {
+		Reopen: func(t *testing.T) outbox.Source {
 			s, err := Open(b.ctx, b.dsn, b.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -46,7 +46,7 @@ func streamSide(t *testing.T) *sidetest.Outbox {
 	return &sidetest.Outbox{
 		Store: b.store, Config: sidetest.Config("a"),
 		Write: func(msgs ...outbox.Message) error { return b.write(b.ctx, msgs...) },
-		Reopen: func(t *testing.T) outbox.Store {
+		Reopen: func(t *testing.T) outbox.Source {
 			s, err := OpenWAL(b.ctx, b.dsn, b.store.Options())
 			if err != nil {
 				t.Fatal(err)

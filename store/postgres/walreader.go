@@ -30,12 +30,11 @@ func (s *WALStore) startReaderLocked() {
 	ctx, stop := context.WithCancel(context.Background())
 	run := &walRun{stop: stop, done: make(chan struct{})}
 	s.run = run
-	s.everLive = len(s.relays) > 0 // the nodes alive now count from now on
 	go s.runReader(ctx, run)
 }
 
 // Start starts the reader, which takes the slot or stands by, without
-// waiting. The first AcquireLeases asking for leases does it too.
+// waiting. The first Hold does it too.
 func (s *WALStore) Start() {
 	s.mu.Lock()
 	s.startReaderLocked()
@@ -155,14 +154,15 @@ func (s *WALStore) runReader(ctx context.Context, run *walRun) {
 
 // deactivateLocked records that the slot is not held: the buffer is
 // dropped (what was not confirmed is read again by the next holder), the
-// leases are void. err is why (nil: a graceful stop).
+// hold is void. err is why (nil: a graceful stop).
 func (s *WALStore) deactivateLocked(err error) {
 	if s.active {
 		s.active = false
 		if s.buf != nil {
 			s.buf.reset(s.buf.confirmed)
 		}
-		s.leases.Clear()
+		s.holder = ""
+		s.changedLocked()
 	}
 	s.standby = errors.Is(err, errSlotBusy)
 	if err != nil && !s.standby && isFatal(err) {
@@ -174,7 +174,7 @@ func (s *WALStore) deactivateLocked(err error) {
 }
 
 // isFatal reports errors that need an operator (a setting, the slot lost):
-// AcquireLeases returns them so that the relay says so every round.
+// Hold returns them so that the relay says so every round.
 func isFatal(err error) bool {
 	var ce *walConfigError
 	return errors.Is(err, ErrSlotLost) || errors.As(err, &ce)
@@ -265,6 +265,7 @@ func (s *WALStore) stream(ctx context.Context) error {
 	s.park = park
 	s.active, s.standby, s.fatal = true, false, nil
 	s.epochs++
+	s.assignLocked()
 	s.recv = max(s.recv, start)
 	s.recvCond.Broadcast()
 	log := s.log

@@ -59,11 +59,11 @@ func TestWALCheckWALLevel(t *testing.T) {
 	ctx := context.Background()
 	wantErr(t, "Migrate", s.Migrate(ctx), "wal_level = logical", `"replica"`, "restart PostgreSQL")
 	wantErr(t, "Check", s.Check(ctx), "ALTER SYSTEM SET wal_level = logical")
-	// A relay asking for leases gets the same error, every round.
+	// A relay asking for the stream gets the same error, every round.
 	s.Start()
 	wantErr(t, "WaitStreaming", s.WaitStreaming(ctx), "wal_level = logical")
-	_, err = s.AcquireLeases(ctx, "n", nil, 1, time.Minute)
-	wantErr(t, "AcquireLeases", err, "wal_level = logical")
+	_, _, err = s.Hold(ctx, "n")
+	wantErr(t, "Hold", err, "wal_level = logical")
 }
 
 // TestWALCheckPrivilegeAndWriter: a user without the REPLICATION attribute
@@ -156,8 +156,8 @@ func TestWALSlotsAndInvalidation(t *testing.T) {
 	if err := s.WaitStreaming(ctx); !errors.Is(err, ErrSlotLost) {
 		t.Fatalf("WaitStreaming: %v, want ErrSlotLost", err)
 	}
-	if _, err := s.AcquireLeases(ctx, "relay", nil, 8, time.Minute); !errors.Is(err, ErrSlotLost) {
-		t.Fatalf("AcquireLeases: %v, want ErrSlotLost", err)
+	if _, _, err := s.Hold(ctx, "relay"); !errors.Is(err, ErrSlotLost) {
+		t.Fatalf("Hold: %v, want ErrSlotLost", err)
 	}
 	st, err := s.Status(ctx)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxrelay/outbox"
-	"github.com/outboxrelay/outbox/internal/leasetable"
 )
 
 // walMinServerVersion is the first PostgreSQL whose pgoutput streams
@@ -139,7 +138,6 @@ func (s *WALStore) Migrate(ctx context.Context) error {
 	s.mu.Lock()
 	if s.p == 0 {
 		s.p = p
-		s.leases = leasetable.New(p)
 	}
 	s.mu.Unlock()
 	c, err := s.readServer(ctx)

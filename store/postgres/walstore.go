@@ -18,19 +18,16 @@ import (
 
 	"github.com/outboxrelay/outbox"
 
-	"github.com/outboxrelay/outbox/internal/leasetable"
 	"github.com/outboxrelay/outbox/internal/storepolicy"
 	"github.com/outboxrelay/outbox/internal/uuid"
 )
 
 // Compile-time checks of the abilities a WALStore offers.
 var (
-	_ outbox.Store             = (*WALStore)(nil)
-	_ outbox.CommitOrdered     = (*WALStore)(nil)
+	_ outbox.StreamStore       = (*WALStore)(nil)
 	_ outbox.PartitionNotifier = (*WALStore)(nil)
 	_ outbox.SlotReader        = (*WALStore)(nil)
 	_ outbox.AdminStore        = (*WALStore)(nil)
-	_ outbox.PrefixConfirmer   = (*WALStore)(nil)
 )
 
 // ErrSlotLost is wrapped by the errors of a WALStore whose replication slot
@@ -51,22 +48,26 @@ var errSlotBusy = errors.New("the replication slot is active in another relay: s
 // transactions ([Writer.Write]), and one relay process at a time streams
 // them from a logical replication slot (pgoutput with messages), in
 // commit order, into memory, where the relay's workers fetch and settle
-// them. It implements outbox.Store, outbox.CommitOrdered (Seq is commit
-// order, so the relay never sweeps), outbox.PartitionNotifier (each
-// captured message wakes its partition's worker), outbox.SlotReader and
-// outbox.AdminStore (status, and the dead-letter table of the table mode,
-// so `outbox dlq` works unchanged).
+// them. It implements outbox.StreamStore (the relay holding the stream owns
+// every partition; Seq is commit order, so the relay never sweeps),
+// outbox.PartitionNotifier (each captured message wakes its partition's
+// worker), outbox.SlotReader and outbox.AdminStore (status, and the
+// dead-letter table of the table mode, so `outbox dlq` works unchanged).
 //
 // # One holder, standbys
 //
-// PostgreSQL lets one connection stream from a slot. The process that
-// holds it gets every partition lease; the relays of other processes get
-// none and try to take the slot every WALOptions.RetryInterval. A killed
-// holder's connection closes at once, so a standby takes over within
-// about RetryInterval; after a network partition, within about
-// WALOptions.Timeout + RetryInterval. Leases, heartbeats and epochs live in
-// the holder's memory: one relay per WALStore is the intended use
-// (several share its partitions like relays sharing a table).
+// PostgreSQL lets one connection stream from a slot. The reader starts
+// with the first relay's Hold and takes the slot, or stands by while the
+// process of another relay holds it, trying again every
+// WALOptions.RetryInterval; the relay is told as soon as the slot is taken
+// (the channel Hold returns). A killed holder's connection closes at once,
+// so a standby takes over within about RetryInterval; after a network
+// partition, within about WALOptions.Timeout + RetryInterval. In one
+// process, one relay at a time holds the stream, with every partition;
+// other relays of the process on the same WALStore wait for it, and take
+// it over, with a new epoch, when it is released. When the last relay
+// releases it, the reader confirms the settled position and lets the slot
+// go.
 //
 // # What is confirmed
 //
@@ -95,23 +96,28 @@ type WALStore struct {
 	repl   *pgconn.Config
 	log    *slog.Logger
 
-	mu       sync.Mutex
-	p        int        // partitions; 0 until read
-	buf      *walBuffer // nil until the slot is first held
-	active   bool       // the reader streams from the slot
-	epochs   int64      // slot acquisitions (status)
-	fatal    error      // why the reader cannot stream (slot lost, settings), if it cannot
-	standby  bool       // another relay holds the slot
-	leases   leasetable.Table
-	relays   map[string]time.Time
-	everLive bool // a node heartbeated since the reader started
-	run      *walRun
-	subs     []*walSub
-	unwoken  int           // messages captured since the subscribers were woken
-	room     chan struct{} // signalled when the full buffer has room again
-	recv     pglogrepl.LSN // everything committed before it was received
-	recvCond *sync.Cond    // broadcast when recv advances or the reader stops
-	park     walParked     // what the parked table holds (see walpark.go)
+	mu      sync.Mutex
+	p       int        // partitions; 0 until read
+	buf     *walBuffer // nil until the slot is first held
+	active  bool       // the reader streams from the slot
+	epochs  int64      // slot acquisitions (status)
+	fatal   error      // why the reader cannot stream (slot lost, settings), if it cannot
+	standby bool       // another relay holds the slot
+	// The relays of this process asking for the stream (Hold without
+	// Release), in order; holder is the one holding it while the slot is
+	// held (the first of them), with its epoch, holdEpoch. changed is
+	// closed and replaced whenever that may change.
+	wanting   []string
+	holder    string
+	holdEpoch int64
+	changed   chan struct{}
+	run       *walRun
+	subs      []*walSub
+	unwoken   int           // messages captured since the subscribers were woken
+	room      chan struct{} // signalled when the full buffer has room again
+	recv      pglogrepl.LSN // everything committed before it was received
+	recvCond  *sync.Cond    // broadcast when recv advances or the reader stops
+	park      walParked     // what the parked table holds (see walpark.go)
 	// lastSettle is when a Settle last settled a held message; parkLogged
 	// and parkUnlogged rate-limit the parking log.
 	lastSettle   time.Time
@@ -196,14 +202,14 @@ func newWALStore(tab *Store, opts Options) (*WALStore, error) {
 		repl.RuntimeParams["application_name"] = "outbox relay"
 	}
 	s := &WALStore{
-		tab:    tab,
-		opts:   opts,
-		w:      opts.WAL,
-		prefix: walPrefix(opts),
-		repl:   repl,
-		log:    slog.New(slog.DiscardHandler),
-		relays: map[string]time.Time{},
-		room:   make(chan struct{}, 1),
+		tab:     tab,
+		opts:    opts,
+		w:       opts.WAL,
+		prefix:  walPrefix(opts),
+		repl:    repl,
+		log:     slog.New(slog.DiscardHandler),
+		room:    make(chan struct{}, 1),
+		changed: make(chan struct{}),
 	}
 	s.recvCond = sync.NewCond(&s.mu)
 	return s, nil
@@ -252,10 +258,6 @@ func (s *WALStore) check(op string) error {
 	return nil
 }
 
-// CommitOrdered marks that Seq order is commit order: nothing can appear
-// below a relay's cursor, so the relay never sweeps.
-func (s *WALStore) CommitOrdered() {}
-
 // Partitions returns P, read from the meta table.
 func (s *WALStore) Partitions(ctx context.Context) (int, error) {
 	s.mu.Lock()
@@ -271,87 +273,56 @@ func (s *WALStore) Partitions(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	if s.p == 0 {
 		s.p = p
-		s.leases = leasetable.New(p)
 		s.park = newWALParked(p)
 	}
 	s.mu.Unlock()
 	return p, nil
 }
 
-// Heartbeat records node as alive until now+ttl in this process and
-// returns how many nodes of this process are alive (standbys in other
-// processes are not counted: they hold nothing).
-func (s *WALStore) Heartbeat(ctx context.Context, node string, ttl time.Duration) (int, error) {
-	if err := s.check("heartbeat"); err != nil {
-		return 0, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	s.relays[node] = now.Add(ttl)
-	s.everLive = true
-	s.pruneRelays(now)
-	return len(s.relays), nil
-}
-
-func (s *WALStore) pruneRelays(now time.Time) {
-	for n, exp := range s.relays {
-		if !exp.After(now) {
-			delete(s.relays, n)
-		}
-	}
-}
-
-// AcquireLeases renews node's leases in held and takes up to want free
-// partitions, as long as this process holds the slot. Otherwise it returns
-// no lease, and with want > 0 makes sure the reader is trying to take the
-// slot; if the reader cannot stream at all (the slot was lost, a setting
-// must change), it returns that error.
-func (s *WALStore) AcquireLeases(ctx context.Context, node string, held []outbox.Lease, want int, ttl time.Duration) ([]outbox.Lease, error) {
-	if err := s.check("acquire leases"); err != nil {
-		return nil, err
+// Hold asks for the stream for node (see outbox.StreamStore): the reader
+// starts if it does not run, taking the slot or standing by. It returns
+// the epoch of node's hold while this process streams and node is the
+// first of its relays asking, 0 otherwise; if the reader cannot stream at
+// all (the slot was lost, a setting must change), that error.
+func (s *WALStore) Hold(ctx context.Context, node string) (int64, <-chan struct{}, error) {
+	if err := s.check("hold the stream"); err != nil {
+		return 0, nil, err
 	}
 	if _, err := s.Partitions(ctx); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if want > 0 {
-		s.startReaderLocked()
+	if !slices.Contains(s.wanting, node) {
+		s.wanting = append(s.wanting, node)
 	}
-	if !s.active {
-		if s.fatal != nil {
-			return nil, s.fatal
-		}
-		return nil, nil
+	s.startReaderLocked()
+	s.assignLocked()
+	if !s.active && s.fatal != nil {
+		return 0, s.changed, s.fatal
 	}
-	return s.leases.Acquire(node, held, want, ttl, time.Now()), nil
+	if s.active && s.holder == node {
+		return s.holdEpoch, s.changed, nil
+	}
+	return 0, s.changed, nil
 }
 
-// ReleaseLeases hands back leases node holds with those epochs. Once no
-// partition is leased and no relay of this process is alive (a relay cut
-// off from its broker hands everything back), the slot is released, with
-// the settled position confirmed, for a standby to take.
-func (s *WALStore) ReleaseLeases(ctx context.Context, node string, leases []outbox.Lease) error {
-	if err := s.check("release leases"); err != nil {
-		return err
+// assignLocked gives the stream to the first relay asking while the slot
+// is held and no relay holds it, with a new epoch (fencing the
+// settlements of any former holder).
+func (s *WALStore) assignLocked() {
+	if !s.active || s.holder != "" || len(s.wanting) == 0 {
+		return
 	}
-	s.mu.Lock()
-	s.leases.Release(node, leases)
-	idle := s.idleLocked()
-	s.mu.Unlock()
-	if idle {
-		s.stopReader(ctx)
-	}
-	return nil
+	s.holder = s.wanting[0]
+	s.holdEpoch++
+	s.changedLocked()
 }
 
-// idleLocked reports whether the relays of this process are gone: none
-// alive (after one was), no lease held.
-func (s *WALStore) idleLocked() bool {
-	now := time.Now()
-	s.pruneRelays(now)
-	return s.everLive && len(s.relays) == 0 && s.leases.Held("", now) == 0
+// changedLocked tells the relays that Hold's answer may have changed.
+func (s *WALStore) changedLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // StopBarrier returns the Seq up to which the held messages must be
@@ -368,26 +339,31 @@ func (s *WALStore) StopBarrier() (int64, bool) {
 	return seq, complete
 }
 
-// Leave removes node's heartbeat and releases its leases with those
-// epochs. When the last relay of this process leaves, the reader confirms
-// the settled position and releases the slot. A graceful stop of the
+// Release gives the stream up for node. When no other relay of this
+// process asks for it, the reader confirms the settled position and
+// releases the slot for a relay of another process. A graceful stop of the
 // relay first publishes what lies below its StopBarrier, so it leaves
 // nothing to publish twice, but for the messages it could not publish at
 // once (a key waiting for a retry, a blocked destination), and the
 // messages published past them: those are logged (a WARN with the count)
 // and published again, with the same IDs, by the next holder.
-func (s *WALStore) Leave(ctx context.Context, node string, leases []outbox.Lease) error {
-	if err := s.check("leave"); err != nil {
+func (s *WALStore) Release(ctx context.Context, node string) error {
+	if err := s.check("release the stream"); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.leases.Release(node, leases)
-	delete(s.relays, node)
-	idle := s.idleLocked()
+	s.wanting = slices.DeleteFunc(s.wanting, func(n string) bool { return n == node })
+	held := s.holder == node
+	if held {
+		s.holder = ""
+		s.changedLocked()
+	}
+	idle := len(s.wanting) == 0
 	var ahead int
-	if idle && s.buf != nil && s.active {
+	if held && idle && s.buf != nil && s.active {
 		_, _, ahead = s.buf.stopBarrier()
 	}
+	s.assignLocked()
 	log := s.log
 	s.mu.Unlock()
 	if ahead > 0 {
@@ -434,50 +410,12 @@ func (s *WALStore) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int
 	return mergeRecords(out, recs, limit), nil
 }
 
-// Unsettled returns the held records of each cursor's partition with
-// Seq <= After.
-func (s *WALStore) Unsettled(ctx context.Context, cursors []outbox.Cursor) ([]outbox.RecordRef, error) {
-	if err := s.check("unsettled"); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	if s.buf == nil {
-		s.mu.Unlock()
-		return nil, nil
-	}
-	var out []outbox.RecordRef
-	var parked []outbox.Cursor
-	for _, c := range cursors {
-		if c.Partition < 0 || c.Partition >= s.buf.p {
-			continue
-		}
-		for _, e := range s.buf.parts[c.Partition].entries[:s.buf.from(c.Partition, c.After)] {
-			if !e.done {
-				out = append(out, outbox.RecordRef{ID: e.rec.ID, Partition: e.rec.Partition, Seq: e.rec.Seq})
-			}
-		}
-		if c.Partition < len(s.park.n) && s.park.n[c.Partition] > 0 {
-			parked = append(parked, c)
-		}
-	}
-	s.mu.Unlock()
-	// The parked table is read without the lock: the reader takes it for
-	// every message it captures.
-	for _, c := range parked {
-		refs, err := s.unsettledParked(ctx, c)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, refs...)
-	}
-	return out, nil
-}
-
-// Settle applies settlements under leases node holds with those epochs:
-// delivered records are forgotten, retries updated in memory, and dead
-// records written to the dead-letter table first (one statement), then
-// forgotten. Only then can the confirmed position move past them. The
-// settlements of other leases are refused (*outbox.FencedError).
+// Settle applies settlements of node's current hold (their Lease's Epoch
+// is the hold's): delivered records are forgotten, retries updated in
+// memory, and dead records written to the dead-letter table first (one
+// statement), then forgotten. Only then can the confirmed position move
+// past them. The settlements of a former hold are refused
+// (*outbox.FencedError).
 func (s *WALStore) Settle(ctx context.Context, node string, settlements []outbox.Settlement) error {
 	if err := s.check("settle"); err != nil {
 		return err
@@ -486,7 +424,7 @@ func (s *WALStore) Settle(ctx context.Context, node string, settlements []outbox
 	defer s.settleMu.Unlock()
 
 	valid := func(st *outbox.Settlement) bool {
-		return s.active && s.buf != nil && s.leases.Holds(node, st.Lease)
+		return s.active && s.buf != nil && s.holder == node && st.Epoch == s.holdEpoch && st.Partition >= 0 && st.Partition < s.p
 	}
 	// The dead letters, with what the buffer holds of them.
 	s.mu.Lock()
@@ -788,8 +726,8 @@ func (s *WALStore) PurgeDeadLetters(ctx context.Context, f outbox.DeadLetterFilt
 	return s.tab.PurgeDeadLetters(ctx, f)
 }
 
-// Status describes what this process holds (the backlog in memory, its
-// leases and relays), the dead letters and the slot (lag in bytes and
+// Status describes what this process holds (the backlog in memory, the
+// relays asking for the stream and the one holding it), the dead letters and the slot (lag in bytes and
 // seconds, and whether it was lost). The backlog of a slot no relay of
 // this process holds is in Slot.LagBytes.
 func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
@@ -850,9 +788,10 @@ func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
 	for i := range st.Partitions {
 		ps := &st.Partitions[i]
 		ps.Partition = i
-		if i < len(s.leases) {
-			l := s.leases.Owner(i, now)
-			ps.Epoch, ps.Owner, ps.LeaseExpiresAt = l.Epoch, l.Owner, l.Expires
+		if s.active && s.holder != "" {
+			// The hold lasts while the replication connection does: a
+			// process gone silent loses the slot within WALOptions.Timeout.
+			ps.Epoch, ps.Owner, ps.LeaseExpiresAt = s.holdEpoch, s.holder, now.Add(s.w.Timeout)
 		}
 		if s.buf == nil {
 			continue
@@ -872,9 +811,12 @@ func (s *WALStore) Status(ctx context.Context) (*outbox.Status, error) {
 		}
 		return strings.Compare(a.Topic, b.Topic)
 	})
-	s.pruneRelays(now)
-	for node, exp := range s.relays {
-		st.Relays = append(st.Relays, outbox.RelayStatus{Node: node, ExpiresAt: exp, Partitions: s.leases.Held(node, now)})
+	for _, node := range s.wanting {
+		rs := outbox.RelayStatus{Node: node, ExpiresAt: now.Add(s.w.Timeout)}
+		if s.active && node == s.holder {
+			rs.Partitions = p
+		}
+		st.Relays = append(st.Relays, rs)
 	}
 	slices.SortFunc(st.Relays, func(a, b outbox.RelayStatus) int { return strings.Compare(a.Node, b.Node) })
 	return st, nil

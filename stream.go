@@ -1,0 +1,135 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The stream coordinator: with a StreamStore there are no leases to share.
+// The relay of the process holding the stream owns every partition, under
+// the hold's epoch; a relay that does not hold it owns none and stands by
+// (the store keeps trying to take the stream). The coordinator asks for
+// the stream every HeartbeatInterval, and at once when the store says its
+// answer changed (taken over, lost), so that a standby publishes as soon
+// as its store streams.
+
+// coordinateStream holds the stream and hands its partitions to the
+// workers until ctx ends. workCtx ending means shutdown has begun.
+func (r *Relay) coordinateStream(ctx, workCtx context.Context, broadcast func()) {
+	retry := r.newRetrier()
+	var cut cutOff
+	for {
+		wait := r.cfg.HeartbeatInterval
+		if cut.check(ctx, r) {
+			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
+		}
+		changed, err := r.streamRound(ctx, workCtx.Err() != nil, cut.on)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d := retry.failed()
+			r.emit(Event{Kind: EventStoreError, Err: err})
+			r.log.Warn("holding the stream failed", "err", err, "failures", retry.failures, "retry_in", d)
+			wait = min(wait, d)
+		} else {
+			retry.ok()
+			broadcast()
+		}
+		t := time.NewTimer(wait)
+	sleep:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				break sleep
+			case <-changed:
+				t.Stop()
+				break sleep
+			case <-r.reports.signal:
+				r.applyReportsOrLog(ctx)
+			}
+		}
+	}
+}
+
+// streamRound asks for the stream and gives the workers every partition
+// under the hold's epoch, or none. Cut off from the broker, the relay
+// starts nothing new (its partitions are marked shed), and releases the
+// stream once what is in flight is settled (applyReports), so that a relay
+// of another process that can publish takes it; it does not ask for it
+// again until the broker is back. Shutting down, it only keeps what it
+// holds: Leave releases the stream at the end.
+func (r *Relay) streamRound(ctx context.Context, shuttingDown, cutOff bool) (<-chan struct{}, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
+	defer cancel()
+	start := time.Now()
+	holding := len(r.leases) > 0
+	var (
+		epoch   int64
+		changed <-chan struct{}
+	)
+	if holding || !(cutOff || shuttingDown) {
+		var err error
+		if epoch, changed, err = r.caps.stream.Hold(ctx, r.cfg.Node); err != nil {
+			return nil, fmt.Errorf("hold the stream: %w", err)
+		}
+		r.streamAsked = true
+	} else if cutOff && r.streamAsked {
+		// A standby cut off from the broker stops trying to take it.
+		if err := r.releaseStream(ctx, 0); err != nil {
+			return nil, err
+		}
+	}
+	validUntil := start.Add(r.cfg.LeaseTTL - r.cfg.PublishTimeout)
+	next := make(map[int]*heldLease, r.partitions)
+	if epoch != 0 {
+		for p := range r.partitions {
+			old, ok := r.leases[p]
+			if cutOff && (!ok || old.Epoch != epoch) {
+				continue // handed back already, or never held: take nothing new
+			}
+			next[p] = &heldLease{Lease: Lease{Partition: p, Epoch: epoch}, validUntil: validUntil, shed: cutOff}
+		}
+	}
+	changedSet := len(next) != len(r.leases)
+	for p, h := range next {
+		if old, ok := r.leases[p]; !ok || old.Epoch != h.Epoch || old.shed != h.shed {
+			changedSet = true
+		}
+	}
+	r.leases = next
+	r.sendLeases() // validity changed at least
+	if changedSet {
+		r.log.Info("stream", "held", epoch != 0 && !cutOff, "epoch", epoch, "partitions", len(next), "handing_back", cutOff && len(next) > 0)
+	}
+	r.nLeases.Store(int64(len(next)))
+	r.emit(Event{Kind: EventLeases, Count: len(next)})
+	r.beat()
+	r.applyReportsOrLog(ctx)
+	if holding && len(r.leases) == 0 && cutOff {
+		// Everything handed back was drained between two rounds.
+		if err := r.releaseStream(ctx, 0); err != nil {
+			return changed, err
+		}
+	}
+	return changed, nil
+}
+
+// releaseStream gives the stream up once the relay holds no partition of
+// it (held, the partitions still held, is 0): every partition being handed
+// back is drained.
+func (r *Relay) releaseStream(ctx context.Context, held int) error {
+	if held > 0 || !r.streamAsked {
+		return nil
+	}
+	if err := r.caps.stream.Release(ctx, r.cfg.Node); err != nil {
+		return fmt.Errorf("release the stream: %w", err)
+	}
+	r.streamAsked = false
+	r.log.Info("released the stream for a relay that can publish")
+	return nil
+}
