@@ -8,8 +8,35 @@ import (
 	"time"
 )
 
-// The lease coordinator: heartbeats, renews, balances and hands back the
-// relay's partition leases, one round every HeartbeatInterval.
+// The coordinator decides which partitions the relay owns, from one
+// goroutine that alone holds that state: with a Store, it heartbeats,
+// renews, balances and hands back the relay's partition leases, one round
+// every HeartbeatInterval; with a StreamStore it holds the stream or stands
+// by (stream.go). Workers get a snapshot of their partitions after every
+// change and report back on Relay.reports.
+type coordinator struct {
+	r      *Relay
+	leases map[int]*heldLease // the partitions the relay owns now
+	round  roundResult        // of the last lease round
+	// streamAsked: with a StreamStore, Hold was called since the last
+	// Release (the store is trying to take, or holds, the stream for this
+	// relay).
+	streamAsked bool
+}
+
+func newCoordinator(r *Relay) *coordinator {
+	return &coordinator{r: r, leases: map[int]*heldLease{}}
+}
+
+// run coordinates until ctx ends. workCtx ending means shutdown has begun:
+// stop taking new partitions.
+func (c *coordinator) run(ctx, workCtx context.Context, broadcast func()) {
+	if c.r.caps.stream != nil {
+		c.coordinateStream(ctx, workCtx, broadcast)
+	} else {
+		c.coordinate(ctx, workCtx, broadcast)
+	}
+}
 
 // heldLease is a partition lease the relay holds.
 type heldLease struct {
@@ -25,7 +52,8 @@ type heldLease struct {
 
 // coordinate heartbeats, renews and balances leases until ctx ends.
 // workCtx ending means shutdown has begun: stop taking new leases.
-func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
+func (c *coordinator) coordinate(ctx, workCtx context.Context, broadcast func()) {
+	r := c.r
 	retry := r.newRetrier()
 	var cut cutOff
 	var eager eagerRounds
@@ -34,7 +62,7 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 		if cut.check(ctx, r) {
 			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
 		}
-		if err := r.leaseRound(ctx, workCtx.Err() != nil, cut.on); err != nil {
+		if err := c.leaseRound(ctx, workCtx.Err() != nil, cut.on); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -45,7 +73,7 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 		} else {
 			retry.ok()
 			broadcast()
-			if eager.next(r.round) {
+			if eager.next(c.round) {
 				wait = min(wait, eagerRoundInterval)
 			}
 		}
@@ -61,7 +89,7 @@ func (r *Relay) coordinate(ctx, workCtx context.Context, broadcast func()) {
 			case <-t.C:
 				break sleep
 			case <-r.reports.signal:
-				r.applyReportsOrLog(ctx)
+				c.applyReportsOrLog(ctx)
 			}
 		}
 	}
@@ -120,29 +148,30 @@ func (lr *leaseReports) take() (drained map[int]int64, fenced []Lease) {
 // applyReports drops the fenced leases and releases the drained ones
 // being handed back: they leave the relay's set first, so nothing new
 // starts, then the store frees them for another relay.
-func (r *Relay) applyReports(ctx context.Context) error {
+func (c *coordinator) applyReports(ctx context.Context) error {
+	r := c.r
 	drained, fenced := r.reports.take()
 	changed := false
 	for _, l := range fenced {
-		if h, ok := r.leases[l.Partition]; ok && h.Epoch == l.Epoch {
-			delete(r.leases, l.Partition)
+		if h, ok := c.leases[l.Partition]; ok && h.Epoch == l.Epoch {
+			delete(c.leases, l.Partition)
 			changed = true
 		}
 	}
 	var release []Lease
 	for p, epoch := range drained {
-		if h, ok := r.leases[p]; ok && h.shed && h.Epoch == epoch {
+		if h, ok := c.leases[p]; ok && h.shed && h.Epoch == epoch {
 			release = append(release, h.Lease)
-			delete(r.leases, p)
+			delete(c.leases, p)
 			changed = true
 		}
 	}
 	if !changed {
 		return nil
 	}
-	held := len(r.leases)
+	held := len(c.leases)
 	r.nLeases.Store(int64(held))
-	r.sendLeases()
+	c.sendLeases()
 	r.emit(Event{Kind: EventLeases, Count: held})
 	if len(release) == 0 {
 		return nil
@@ -150,7 +179,7 @@ func (r *Relay) applyReports(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
 	defer cancel()
 	if r.caps.stream != nil {
-		return r.releaseStream(ctx, held)
+		return c.releaseStream(ctx, held)
 	}
 	if err := r.caps.leases.ReleaseLeases(ctx, r.cfg.Node, release); err != nil {
 		// They expire by themselves; meanwhile no other relay can take them.
@@ -162,12 +191,13 @@ func (r *Relay) applyReports(ctx context.Context) error {
 
 // sendLeases gives every worker a snapshot of its partitions' leases, the
 // latest replacing one not yet taken.
-func (r *Relay) sendLeases() {
+func (c *coordinator) sendLeases() {
+	r := c.r
 	snaps := make([]map[int]heldLease, len(r.workers))
 	for i := range snaps {
 		snaps[i] = map[int]heldLease{}
 	}
-	for p, h := range r.leases {
+	for p, h := range c.leases {
 		snaps[p%len(snaps)][p] = *h
 	}
 	for i, w := range r.workers {
@@ -179,7 +209,8 @@ func (r *Relay) sendLeases() {
 // leaseRound is one heartbeat: register, renew, shed or take leases.
 // With cutOff (the broker unreachable for a lease TTL), the relay does not
 // heartbeat, so other relays stop counting it, and hands every lease back.
-func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error {
+func (c *coordinator) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error {
+	r := c.r
 	ttl := r.cfg.LeaseTTL
 	// A slow round only shortens the publishing window (validity counts
 	// from its start), so it may take up to a third of the TTL.
@@ -195,7 +226,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 		live = max(live, 1)
 		share = (r.partitions + live - 1) / live
 	}
-	held := r.heldLeases()
+	held := c.heldLeases()
 	want := 0
 	if !shuttingDown {
 		want = max(0, share-len(held))
@@ -204,7 +235,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 	if err != nil {
 		return fmt.Errorf("acquire leases: %w", err)
 	}
-	r.round = roundResult{live: live, short: want > 0 && len(got) < len(held)+want}
+	c.round = roundResult{live: live, short: want > 0 && len(got) < len(held)+want}
 	// The store set expiry to its now+ttl, no earlier than our start+ttl.
 	// Stop starting publishes early enough that one in flight ends first.
 	validUntil := start.Add(ttl - r.cfg.PublishTimeout)
@@ -212,7 +243,7 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 	// now (renewed, nothing new starts), released once drained.
 	var keep, shed []Lease
 	for _, l := range got {
-		if old, ok := r.leases[l.Partition]; ok && old.Epoch == l.Epoch && old.shed {
+		if old, ok := c.leases[l.Partition]; ok && old.Epoch == l.Epoch && old.shed {
 			shed = append(shed, l)
 		} else {
 			keep = append(keep, l)
@@ -228,40 +259,41 @@ func (r *Relay) leaseRound(ctx context.Context, shuttingDown, cutOff bool) error
 		shed = shed[n:]
 	}
 	next := make(map[int]*heldLease, len(got))
-	changed := len(got) != len(r.leases)
+	changed := len(got) != len(c.leases)
 	for i, l := range slices.Concat(keep, shed) {
-		old, ok := r.leases[l.Partition]
+		old, ok := c.leases[l.Partition]
 		h := &heldLease{Lease: l, validUntil: validUntil, shed: i >= len(keep)}
 		if !ok || old.Epoch != l.Epoch || old.shed != h.shed {
 			changed = true
 		}
 		next[l.Partition] = h
 	}
-	r.leases = next
-	r.sendLeases() // validity changed at least
+	c.leases = next
+	c.sendLeases() // validity changed at least
 	if changed {
 		r.log.Info("leases", "held", len(keep), "handing_back", len(shed), "live_relays", live, "share", share)
 	}
 	r.nLeases.Store(int64(len(got)))
 	r.emit(Event{Kind: EventLeases, Count: len(got)})
 	r.beat()
-	r.applyReportsOrLog(ctx)
+	c.applyReportsOrLog(ctx)
 	return nil
 }
 
 // applyReportsOrLog applies the workers' reports; a failure to release is
 // logged (those leases have left the relay's set already and expire by
 // themselves within LeaseTTL).
-func (r *Relay) applyReportsOrLog(ctx context.Context) {
-	if err := r.applyReports(ctx); err != nil && ctx.Err() == nil {
+func (c *coordinator) applyReportsOrLog(ctx context.Context) {
+	r := c.r
+	if err := c.applyReports(ctx); err != nil && ctx.Err() == nil {
 		r.emit(Event{Kind: EventStoreError, Err: err})
 		r.log.Warn("releasing drained leases failed; they expire by themselves", "err", err, "lease_ttl", r.cfg.LeaseTTL)
 	}
 }
 
-func (r *Relay) heldLeases() []Lease {
-	out := make([]Lease, 0, len(r.leases))
-	for _, l := range r.leases {
+func (c *coordinator) heldLeases() []Lease {
+	out := make([]Lease, 0, len(c.leases))
+	for _, l := range c.leases {
 		out = append(out, l.Lease)
 	}
 	return out

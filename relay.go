@@ -61,10 +61,8 @@ type Relay struct {
 	turn atomic.Uint64
 	idle []atomic.Bool
 
-	// Leases held: the coordinator's alone (and leave's, after it). Each
-	// worker gets a snapshot of its own partitions after every change and
-	// every renewal (see sendLeases), and reports back on reports.
-	leases  map[int]*heldLease
+	// reports: what workers tell the coordinator (drained hand-backs,
+	// fenced leases); the leases themselves are the coordinator's alone.
 	reports leaseReports
 
 	partitions int
@@ -125,7 +123,6 @@ func NewRelay(store Source, pub Publisher, cfg Config) (*Relay, error) {
 		pub:     pub,
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.Node),
-		leases:  map[int]*heldLease{},
 		done:    make(chan struct{}),
 		reports: newLeaseReports(),
 
@@ -326,15 +323,12 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	for i := range r.workers {
 		r.workers[i] = newWorker(r, i, r.wakes[i])
 	}
+	coord := newCoordinator(r)
 	coordDone := make(chan struct{})
 	coordCtx, stopCoord := context.WithCancel(killCtx)
 	go func() {
 		defer close(coordDone)
-		if r.caps.stream != nil {
-			r.coordinateStream(coordCtx, workCtx, broadcast)
-		} else {
-			r.coordinate(coordCtx, workCtx, broadcast)
-		}
+		coord.run(coordCtx, workCtx, broadcast)
 	}()
 	var ws sync.WaitGroup
 	for _, w := range r.workers {
@@ -344,12 +338,14 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 	stopCoord()
 	<-coordDone
 	wg.Wait()
-	r.leave(killCtx)
+	coord.leave(killCtx) // the coordinator's state is the caller's now
 }
 
 // leave releases every lease and the node's heartbeat on shutdown (the
-// stream, with a StreamStore).
-func (r *Relay) leave(killCtx context.Context) {
+// stream, with a StreamStore), once the coordinator and the workers are
+// done.
+func (c *coordinator) leave(killCtx context.Context) {
+	r := c.r
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(killCtx), r.cfg.PublishTimeout)
 	defer cancel()
 	if st := r.caps.stream; st != nil {
@@ -357,11 +353,11 @@ func (r *Relay) leave(killCtx context.Context) {
 			r.log.Warn("releasing the stream failed", "err", err)
 			r.fail(fmt.Errorf("outbox: release the stream: %w", err))
 		}
-	} else if err := r.caps.leases.Leave(ctx, r.cfg.Node, r.heldLeases()); err != nil {
+	} else if err := r.caps.leases.Leave(ctx, r.cfg.Node, c.heldLeases()); err != nil {
 		r.log.Warn("leave failed; leases expire by themselves", "err", err)
 		r.fail(fmt.Errorf("outbox: leave: %w (the leases expire by themselves after Config.LeaseTTL)", err))
 	}
-	clear(r.leases) // the workers are done
+	clear(c.leases) // the workers are done
 	r.nLeases.Store(0)
 	r.emit(Event{Kind: EventLeases})
 }

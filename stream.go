@@ -16,7 +16,8 @@ import (
 
 // coordinateStream holds the stream and hands its partitions to the
 // workers until ctx ends. workCtx ending means shutdown has begun.
-func (r *Relay) coordinateStream(ctx, workCtx context.Context, broadcast func()) {
+func (c *coordinator) coordinateStream(ctx, workCtx context.Context, broadcast func()) {
+	r := c.r
 	retry := r.newRetrier()
 	var cut cutOff
 	for {
@@ -24,7 +25,7 @@ func (r *Relay) coordinateStream(ctx, workCtx context.Context, broadcast func())
 		if cut.check(ctx, r) {
 			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
 		}
-		changed, err := r.streamRound(ctx, workCtx.Err() != nil, cut.on)
+		changed, err := c.streamRound(ctx, workCtx.Err() != nil, cut.on)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -50,7 +51,7 @@ func (r *Relay) coordinateStream(ctx, workCtx context.Context, broadcast func())
 				t.Stop()
 				break sleep
 			case <-r.reports.signal:
-				r.applyReportsOrLog(ctx)
+				c.applyReportsOrLog(ctx)
 			}
 		}
 	}
@@ -63,11 +64,12 @@ func (r *Relay) coordinateStream(ctx, workCtx context.Context, broadcast func())
 // of another process that can publish takes it; it does not ask for it
 // again until the broker is back. Shutting down, it only keeps what it
 // holds: Leave releases the stream at the end.
-func (r *Relay) streamRound(ctx context.Context, shuttingDown, cutOff bool) (<-chan struct{}, error) {
+func (c *coordinator) streamRound(ctx context.Context, shuttingDown, cutOff bool) (<-chan struct{}, error) {
+	r := c.r
 	ctx, cancel := context.WithTimeout(ctx, max(r.cfg.HeartbeatInterval, r.cfg.LeaseTTL/3))
 	defer cancel()
 	start := time.Now()
-	holding := len(r.leases) > 0
+	holding := len(c.leases) > 0
 	var (
 		epoch   int64
 		changed <-chan struct{}
@@ -77,10 +79,10 @@ func (r *Relay) streamRound(ctx context.Context, shuttingDown, cutOff bool) (<-c
 		if epoch, changed, err = r.caps.stream.Hold(ctx, r.cfg.Node); err != nil {
 			return nil, fmt.Errorf("hold the stream: %w", err)
 		}
-		r.streamAsked = true
-	} else if cutOff && r.streamAsked {
+		c.streamAsked = true
+	} else if cutOff && c.streamAsked {
 		// A standby cut off from the broker stops trying to take it.
-		if err := r.releaseStream(ctx, 0); err != nil {
+		if err := c.releaseStream(ctx, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -88,31 +90,31 @@ func (r *Relay) streamRound(ctx context.Context, shuttingDown, cutOff bool) (<-c
 	next := make(map[int]*heldLease, r.partitions)
 	if epoch != 0 {
 		for p := range r.partitions {
-			old, ok := r.leases[p]
+			old, ok := c.leases[p]
 			if cutOff && (!ok || old.Epoch != epoch) {
 				continue // handed back already, or never held: take nothing new
 			}
 			next[p] = &heldLease{Lease: Lease{Partition: p, Epoch: epoch}, validUntil: validUntil, shed: cutOff}
 		}
 	}
-	changedSet := len(next) != len(r.leases)
+	changedSet := len(next) != len(c.leases)
 	for p, h := range next {
-		if old, ok := r.leases[p]; !ok || old.Epoch != h.Epoch || old.shed != h.shed {
+		if old, ok := c.leases[p]; !ok || old.Epoch != h.Epoch || old.shed != h.shed {
 			changedSet = true
 		}
 	}
-	r.leases = next
-	r.sendLeases() // validity changed at least
+	c.leases = next
+	c.sendLeases() // validity changed at least
 	if changedSet {
 		r.log.Info("stream", "held", epoch != 0 && !cutOff, "epoch", epoch, "partitions", len(next), "handing_back", cutOff && len(next) > 0)
 	}
 	r.nLeases.Store(int64(len(next)))
 	r.emit(Event{Kind: EventLeases, Count: len(next)})
 	r.beat()
-	r.applyReportsOrLog(ctx)
-	if holding && len(r.leases) == 0 && cutOff {
+	c.applyReportsOrLog(ctx)
+	if holding && len(c.leases) == 0 && cutOff {
 		// Everything handed back was drained between two rounds.
-		if err := r.releaseStream(ctx, 0); err != nil {
+		if err := c.releaseStream(ctx, 0); err != nil {
 			return changed, err
 		}
 	}
@@ -122,14 +124,15 @@ func (r *Relay) streamRound(ctx context.Context, shuttingDown, cutOff bool) (<-c
 // releaseStream gives the stream up once the relay holds no partition of
 // it (held, the partitions still held, is 0): every partition being handed
 // back is drained.
-func (r *Relay) releaseStream(ctx context.Context, held int) error {
-	if held > 0 || !r.streamAsked {
+func (c *coordinator) releaseStream(ctx context.Context, held int) error {
+	r := c.r
+	if held > 0 || !c.streamAsked {
 		return nil
 	}
 	if err := r.caps.stream.Release(ctx, r.cfg.Node); err != nil {
 		return fmt.Errorf("release the stream: %w", err)
 	}
-	r.streamAsked = false
+	c.streamAsked = false
 	r.log.Info("released the stream for a relay that can publish")
 	return nil
 }
