@@ -31,9 +31,10 @@ func TestBrowserOverviewBacklogFalls(t *testing.T) {
 	}
 	write(t, store, msgs...)
 	insertDead(t, store, deadLetter{Topic: "orders.paid", Key: "customer-7", LastError: "nats: maximum payload exceeded", Payload: []byte(`{"order":7}`)})
-	// One worker with small batches drains slowly enough for the page to
-	// show the backlog on its way down.
-	relay := newRelayConfig(t, store, b, outbox.Config{Node: "relay-a", Workers: 1, InFlight: 1, BatchSize: 10, PollInterval: 100 * time.Millisecond})
+	// One worker with one batch in flight drains slowly enough for the
+	// page to show the backlog on its way down (600 publishes: with batches
+	// of 10, 3,000 of them outlasted the wait on a loaded machine).
+	relay := newRelayConfig(t, store, b, outbox.Config{Node: "relay-a", Workers: 1, InFlight: 1, BatchSize: 50, PollInterval: 100 * time.Millisecond})
 	base, _, _ := serve(t, "", console.Options{Store: store, Live: console.RelayLive(relay),
 		RefreshMin: 100 * time.Millisecond, PollEvery: 250 * time.Millisecond})
 
