@@ -83,12 +83,12 @@
 // when nothing is pending, so an idle outbox in a busy database still
 // advances its slot, and a graceful stop confirms everything settled.
 //
-// One process streams from the slot (PostgreSQL refuses a second); it
-// holds every partition lease, and the relays of other processes stand by,
-// trying to take the slot every WALOptions.RetryInterval. After the holder
-// is killed, its connection closes at once and a standby streams within
-// about RetryInterval (and publishes from its next lease round: keep
-// Config.HeartbeatInterval short, the rounds cost nothing); after a network
+// One process streams from the slot (PostgreSQL refuses a second); its
+// relay holds the stream (outbox.StreamStore) and owns every partition, and
+// the relays of other processes stand by, trying to take the slot every
+// WALOptions.RetryInterval. After the holder is killed, its connection
+// closes at once and a standby streams within about RetryInterval, and
+// publishes at once (its Hold's channel says the slot was taken); after a network
 // partition, within about WALOptions.Timeout + RetryInterval, the time
 // PostgreSQL (wal_sender_timeout, set to Timeout on the connection) takes
 // to drop the silent holder. A former holder cut off from the database can
@@ -104,7 +104,7 @@
 // hours makes the server keep hours of WAL (Slot.LagBytes in the status);
 // max_slot_wal_keep_size bounds that, and a slot over it is invalidated
 // (wal_status = lost): the messages not confirmed are lost, which
-// Check, the relay's lease rounds, the status and the metrics say loudly
+// Check, the relay's rounds (Hold), the status and the metrics say loudly
 // ([ErrSlotLost]), never a silent restart.
 //
 // # The xmin horizon

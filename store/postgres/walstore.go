@@ -143,7 +143,8 @@ type walSub struct {
 
 // OpenWAL connects to the database at dsn with its own pool, like [Open],
 // and returns a WALStore (opts.Capture is set to CaptureWAL). The
-// replication connection is opened only when a relay acquires leases.
+// replication connection is opened only when a relay asks for the stream
+// (Hold) or Start is called.
 func OpenWAL(ctx context.Context, dsn string, opts Options) (*WALStore, error) {
 	opts.Capture = CaptureWAL
 	if err := opts.WithDefaults().validate(); err != nil {
