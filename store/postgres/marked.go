@@ -36,8 +36,10 @@ var _ outbox.MarkedFetcher = (*Store)(nil)
 // (deleted rows vacuum has not yet removed included) on every fetch. The
 // two are separate branches, each with its own condition on txid: written
 // as one "txid = ANY (…) OR txid >= …", the generic plan PostgreSQL chose
-// on a small table walked every index entry of the partition, and kept
-// doing so as the table grew (at 5,000 msgs/s a fetch took 30 ms). The
+// walked every index entry of the partition, and kept doing so as the
+// table grew (at 5,000 msgs/s a fetch took 30 ms). On a table of a few
+// hundred rows the generic plan may still walk the partition in both
+// branches (cheap there; pinning the condition is still to do). The
 // planner cannot tell the probes are selective (the snapshot is a
 // parameter), and given "seq <= cursor" as an index condition it walked
 // the pending index instead; hence "seq + 0", a filter, and OFFSET 0, which
