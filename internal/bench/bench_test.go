@@ -410,6 +410,13 @@ func TestOwnServerAndBroker(t *testing.T) {
 		if len(r.Statements) == 0 || r.StatementCalls <= 0 {
 			t.Errorf("%s: statements %+v (%d calls), want the run's from pg_stat_statements", res.Scenario, r.Statements, r.StatementCalls)
 		}
+		var plans int64
+		for _, s := range r.Statements {
+			plans += s.Plans
+		}
+		if plans <= 0 {
+			t.Errorf("%s: statements %+v planned 0 times, want planning counted (pg_stat_statements.track_planning)", res.Scenario, r.Statements)
+		}
 		if res.Scenario == RelayKeyName && runtime.GOOS == "linux" && !(r.CPU != nil && r.CPU.Broker > 0 && r.CPU.Relay > 0) {
 			t.Errorf("%s: CPU %+v, want the broker and relay processes measured", res.Scenario, r.CPU)
 		}

@@ -120,7 +120,7 @@ outbox_fetch_duration_seconds_count 7 1700000000000
 
 func TestPostgresSettings(t *testing.T) {
 	durable, fast := postgresSettings(false), postgresSettings(true)
-	for k, v := range map[string]string{"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on", "shared_preload_libraries": "pg_stat_statements"} {
+	for k, v := range map[string]string{"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on", "shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on"} {
 		if durable[k] != v {
 			t.Errorf("durable %s = %q, want %q", k, durable[k], v)
 		}

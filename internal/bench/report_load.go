@@ -139,9 +139,9 @@ func (r *Report) statementsText() string {
 		}
 		fmt.Fprintf(&b, "\nstatements of %s [%s database] (pg_stat_statements over the timed span, by total time)\n", res.Scenario, r.DB)
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "CALLS\tTOTAL MS\tROWS\tµs/MSG\tQUERY")
+		fmt.Fprintln(tw, "CALLS\tTOTAL MS\tROWS\tµs/MSG\tPLANS\tPLAN MS\tQUERY")
 		for _, s := range stmts {
-			fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.2f\t%s\n", thousands(float64(s.Calls)), s.TotalMs, thousands(float64(s.Rows)), s.MicrosPerMsg, s.Query)
+			fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.2f\t%s\t%.1f\t%s\n", thousands(float64(s.Calls)), s.TotalMs, thousands(float64(s.Rows)), s.MicrosPerMsg, thousands(float64(s.Plans)), s.PlanMs, s.Query)
 		}
 		_ = tw.Flush()
 	}

@@ -10,8 +10,14 @@ import (
 type Statement struct {
 	Query   string  `json:"query"`
 	Calls   int64   `json:"calls"`
-	TotalMs float64 `json:"total_ms"`
+	TotalMs float64 `json:"total_ms"` // executing
 	Rows    int64   `json:"rows"`
+	// Plans and PlanMs are the statement's planning (the bench's server
+	// tracks it: pg_stat_statements.track_planning): a prepared statement
+	// that PostgreSQL plans again on every execution (a custom plan) pays
+	// it on every call, and it is not in TotalMs.
+	Plans  int64   `json:"plans"`
+	PlanMs float64 `json:"plan_ms"`
 	// MicrosPerMsg is TotalMs per message of the run, in µs.
 	MicrosPerMsg float64 `json:"us_per_msg"`
 }
@@ -54,10 +60,10 @@ func (e *Env) resetStatements(ctx context.Context) error {
 // reset, leaving out the bench's reset itself.
 func (e *Env) readStatements(ctx context.Context) (*statementStats, error) {
 	rows, err := e.Pool.Query(ctx, `
-SELECT query, calls, total_exec_time, rows, sum(calls) OVER ()
+SELECT query, calls, total_exec_time, rows, plans, total_plan_time, sum(calls) OVER ()
 FROM pg_stat_statements
 WHERE query NOT LIKE '%pg_stat_statements%'
-ORDER BY total_exec_time DESC`)
+ORDER BY total_exec_time + total_plan_time DESC`)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +71,7 @@ ORDER BY total_exec_time DESC`)
 	st := &statementStats{}
 	for rows.Next() {
 		var s Statement
-		if err := rows.Scan(&s.Query, &s.Calls, &s.TotalMs, &s.Rows, &st.calls); err != nil {
+		if err := rows.Scan(&s.Query, &s.Calls, &s.TotalMs, &s.Rows, &s.Plans, &s.PlanMs, &st.calls); err != nil {
 			return nil, err
 		}
 		if len(st.top) < statementsTop {

@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/internal/uuid"
@@ -86,5 +89,58 @@ func TestUUIDAt(t *testing.T) {
 	id := outbox.NewID()
 	if now := uuid.Format(uuidAt(time.Now().Add(-time.Second)).Bytes); !(now < id) {
 		t.Errorf("uuidAt(a second ago) = %s, not below a new ID %s", now, id)
+	}
+}
+
+// TestClaimRunsItsGenericPlan checks that a claim's transaction runs the
+// claim's generic plan (planned once per connection, not on every call),
+// and that this plan is the index scan on the primary key the claim query
+// describes, which stops after LIMIT rows.
+func TestClaimRunsItsGenericPlan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.store.Pool().Exec(b.ctx, `INSERT INTO `+b.store.n.messages+` (id, partition, topic, payload, created_at, txid)
+SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text::xid8 FROM generate_series(1, 5000) AS i`, testPartitions); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Pool().Exec(b.ctx, "ANALYZE "+b.store.n.messages); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck // test cleanup
+	if _, err := tx.Exec(b.ctx, claimPlan); err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	if err := tx.QueryRow(b.ctx, "SHOW plan_cache_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "force_generic_plan" {
+		t.Errorf("plan_cache_mode in a claim's transaction = %q, want force_generic_plan", mode)
+	}
+	bound := uuid.Format(uuidAt(time.Now().Add(-claimRecent)).Bytes)
+	for _, q := range []string{b.store.q.claimNew, b.store.q.claimOld} {
+		if _, err := tx.Exec(b.ctx, "PREPARE claimed AS "+q); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(b.ctx, "EXPLAIN EXECUTE claimed(10, '{}', '"+bound+"')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		if !strings.HasPrefix(plan, "Limit") || !strings.Contains(plan, "LockRows") ||
+			!strings.Contains(plan, "Index Scan using "+b.opts.TablePrefix+"_messages_pkey") || strings.Contains(plan, "Sort") {
+			t.Errorf("the claim's generic plan is not Limit → LockRows → Index Scan on the primary key:\n%s", plan)
+		}
+		if _, err := tx.Exec(b.ctx, "DEALLOCATE claimed"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

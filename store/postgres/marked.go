@@ -34,6 +34,12 @@ var _ outbox.MarkedFetcher = (*Store)(nil)
 // are looked up anyway, on the (partition, txid) index: a handful of
 // index probes per cursor, instead of walking every row below the cursor
 // (deleted rows vacuum has not yet removed included) on every fetch. The
+// two are separate branches, each with its own condition on txid: written
+// as one "txid = ANY (…) OR txid >= …", the generic plan PostgreSQL chose
+// walked every index entry of the partition, and kept doing so as the
+// table grew (at 5,000 msgs/s a fetch took 30 ms). On a table of a few
+// hundred rows the generic plan may still walk the partition in both
+// branches (cheap there; pinning the condition is still to do). The
 // planner cannot tell the probes are selective (the snapshot is a
 // parameter), and given "seq <= cursor" as an index condition it walked
 // the pending index instead; hence "seq + 0", a filter, and OFFSET 0, which
@@ -57,7 +63,8 @@ var _ outbox.MarkedFetcher = (*Store)(nil)
 //
 // Per cursor the branches are merged in seq order (Merge Append of sorted
 // inputs, no sort of the payloads); FetchMarked checks the order anyway.
-// Plan shape (EXPLAIN, PostgreSQL 15; checked by TestQueryPlans):
+// Plan shape (EXPLAIN, PostgreSQL 15; checked by TestQueryPlans and
+// TestFetchMarkedProbesLateRowsByTxid):
 //
 //	Append
 //	  ->  Result (the snapshot row)
@@ -66,10 +73,10 @@ var _ outbox.MarkedFetcher = (*Store)(nil)
 //	        ->  Limit
 //	              ->  Merge Append (Sort Key: y.seq)
 //	                    ->  Limit ->  Sort (Sort Key: y.seq)
-//	                          ->  Bitmap Heap Scan on <prefix>_messages y
-//	                                ->  BitmapOr
-//	                                      ->  Bitmap Index Scan on <prefix>_messages_txid_idx
-//	                                            Index Cond: ((partition = c.p) AND (txid = ANY ($n)))
+//	                          ->  Append
+//	                                ->  Index Scan using <prefix>_messages_txid_idx on <prefix>_messages y
+//	                                      Index Cond: ((partition = c.p) AND (txid = ANY ($n)))
+//	                                ->  Bitmap Heap Scan on <prefix>_messages y (or an Index Scan)
 //	                                      ->  Bitmap Index Scan on <prefix>_messages_txid_idx
 //	                                            Index Cond: ((partition = c.p) AND (txid >= pg_snapshot_xmax(s.probe)))
 //	                    ->  Limit ->  Index Scan using <prefix>_messages_pending_idx on <prefix>_messages y_1
@@ -94,9 +101,13 @@ CROSS JOIN LATERAL (
         (SELECT * FROM (
             SELECT * FROM ` + n.messages + ` y
             WHERE s.probe IS NOT NULL AND y.partition = c.p AND y.published_at IS NULL
-              AND (y.txid = ANY (ARRAY(SELECT pg_snapshot_xip(s.probe))) OR y.txid >= pg_snapshot_xmax(s.probe))
+              AND y.txid = ANY (ARRAY(SELECT pg_snapshot_xip(s.probe)))
               AND y.seq + 0 <= s.probe_to
-              AND NOT pg_visible_in_snapshot(y.txid, s.probe)
+            UNION ALL
+            SELECT * FROM ` + n.messages + ` y
+            WHERE s.probe IS NOT NULL AND y.partition = c.p AND y.published_at IS NULL
+              AND y.txid >= pg_snapshot_xmax(s.probe)
+              AND y.seq + 0 <= s.probe_to
             OFFSET 0) y
          ORDER BY y.seq
          LIMIT $4)
