@@ -135,11 +135,48 @@ func (o *observability) start(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-o.leasesChanged:
+				// Partitions move in several rounds when relays join or
+				// leave: refresh once they have settled (a quiet spell, or
+				// leaseRefreshMax after the first change), not once per
+				// round (a backlog read scans up to --backlog-limit rows).
+				if !o.quiet(ctx) {
+					return
+				}
 				_ = o.monitor.Refresh(ctx) // a failure is counted and logged by the monitor
 			}
 		}
 	}()
 	return nil
+}
+
+// leaseRefreshQuiet and leaseRefreshMax bound the wait of a backlog
+// refresh asked for by lease changes: it comes once no change came for
+// leaseRefreshQuiet, and at the latest leaseRefreshMax after the first.
+const (
+	leaseRefreshQuiet = 500 * time.Millisecond
+	leaseRefreshMax   = 3 * time.Second
+)
+
+// quiet waits until the lease changes stop for leaseRefreshQuiet, or
+// leaseRefreshMax has passed; it reports false when ctx ends first.
+func (o *observability) quiet(ctx context.Context) bool {
+	limit := time.NewTimer(leaseRefreshMax)
+	defer limit.Stop()
+	for {
+		spell := time.NewTimer(leaseRefreshQuiet)
+		select {
+		case <-ctx.Done():
+			spell.Stop()
+			return false
+		case <-limit.C:
+			spell.Stop()
+			return true
+		case <-spell.C:
+			return true
+		case <-o.leasesChanged:
+			spell.Stop()
+		}
+	}
 }
 
 func (o *observability) stop() {
