@@ -152,7 +152,7 @@ func (o *observability) start(ctx context.Context) error {
 // leaseRefreshQuiet and leaseRefreshMax bound the wait of a backlog
 // refresh asked for by lease changes: it comes once no change came for
 // leaseRefreshQuiet, and at the latest leaseRefreshMax after the first.
-const (
+var (
 	leaseRefreshQuiet = 500 * time.Millisecond
 	leaseRefreshMax   = 3 * time.Second
 )
