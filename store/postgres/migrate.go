@@ -180,6 +180,7 @@ func (s *Store) MigrateWithReport(ctx context.Context) (MigrateReport, error) {
 		return rep, fmt.Errorf("postgres: migrate schema %q, prefix %q: %w", s.opts.Schema, s.opts.TablePrefix, err)
 	}
 	s.partitions.Store(int64(rep.Partitions))
+	s.ringLayout.Store(rep.Layout == LayoutRing) // also when Migrate converted it
 	return rep, nil
 }
 

@@ -1,0 +1,222 @@
+package postgres
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox"
+)
+
+// ringTwoChildren writes first into child 0 and second into child 1 of a
+// ring of 3 (the keeper is not running: the test rotates).
+func ringTwoChildren(t *testing.T, b *bundle, first, second []outbox.Message) {
+	t.Helper()
+	if err := b.write(t, first...); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.store.ringStep(b.ctx, time.Now()); err != nil || res.rotatedTo != 1 {
+		t.Fatalf("ringStep = %+v, %v; want a rotation to child 1", res, err)
+	}
+	if err := b.write(t, second...); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FROM `+b.store.ringChild(1)).Scan(&n); err != nil || n != len(second) {
+		t.Fatalf("child 1 holds %d rows (%v), want the second batch's %d", n, err, len(second))
+	}
+}
+
+// otherStore opens a second store on b's outbox (no ring hints of its
+// own), closed at the end of the test.
+func (b *bundle) otherStore(t *testing.T) *Store {
+	t.Helper()
+	other, err := Open(b.ctx, b.dsn, Options{Schema: b.opts.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	if _, err := other.Partitions(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return other
+}
+
+// settleEvery settles the records of every partition with st's lists
+// filled by pick (delivered, retried or dead), holding every lease.
+func settleEvery(t *testing.T, b *bundle, s *Store, recs []outbox.Record, pick func(r outbox.Record, st *outbox.Settlement)) {
+	t.Helper()
+	leases, err := s.AcquireLeases(b.ctx, "n", nil, testPartitions, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.ReleaseLeases(b.ctx, "n", leases)
+	var sts []outbox.Settlement
+	for _, l := range leases {
+		st := outbox.Settlement{Lease: l}
+		for _, r := range recs {
+			if r.Partition == l.Partition {
+				pick(r, &st)
+			}
+		}
+		sts = append(sts, st)
+	}
+	if err := s.Settle(b.ctx, "n", sts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One settle holding items of two children, delivered, retried and dead,
+// both from the store that fetched them (ring hints) and from another
+// store that has no hint (it looks the rings up): every item is applied
+// to its row, in its child, and nothing else changes.
+func TestRingSettleAcrossChildren(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"hinted", "looked up"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, Options{Layout: LayoutRing, RingChildren: 3, RingRotate: time.Hour})
+			first, second := newMsgs(9, "a"), newMsgs(9, "b")
+			ringTwoChildren(t, b, first, second)
+			recs := b.all(t)
+			if len(recs) != 18 {
+				t.Fatalf("fetched %d records, want 18", len(recs))
+			}
+			settler := b.store
+			if name == "looked up" {
+				settler = b.otherStore(t)
+			} else if n := b.store.hints.size(); n != 18 {
+				t.Fatalf("the store holds %d ring hints after fetching 18 records", n)
+			}
+			// Per key (a or b), by position: 0–2 delivered, 3–5 retried, 6–8 dead.
+			pos := map[string]int{}
+			for i, m := range first {
+				pos[m.ID] = i
+			}
+			for i, m := range second {
+				pos[m.ID] = i
+			}
+			retryAt := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+			settleEvery(t, b, settler, recs, func(r outbox.Record, st *outbox.Settlement) {
+				switch i := pos[r.ID]; {
+				case i < 3:
+					st.Delivered = append(st.Delivered, r.ID)
+				case i < 6:
+					st.Retry = append(st.Retry, outbox.Failure{ID: r.ID, Attempts: 1, NextAttemptAt: retryAt, Err: "try later"})
+				default:
+					st.Dead = append(st.Dead, outbox.Failure{ID: r.ID, Attempts: 7, Err: "never"})
+				}
+			})
+			left := b.all(t)
+			if len(left) != 6 {
+				t.Fatalf("%d records left, want the 6 retried", len(left))
+			}
+			for _, r := range left {
+				if i := pos[r.ID]; i < 3 || i >= 6 || r.Attempts != 1 || r.LastError != "try later" || !r.NextAttemptAt.Equal(retryAt) {
+					t.Errorf("left: %s at position %d, attempts %d, error %q, next %v; want only the retried, updated", r.ID, pos[r.ID], r.Attempts, r.LastError, r.NextAttemptAt)
+				}
+			}
+			if n := b.count(t, "_dead_letters"); n != 6 {
+				t.Fatalf("%d dead letters, want 6 (3 of each child)", n)
+			}
+			if name == "hinted" {
+				// Delivered and dead leave the table and the hints; the
+				// retried stay.
+				if n := b.store.hints.size(); n != 6 {
+					t.Fatalf("%d ring hints after the settle, want the 6 retried", n)
+				}
+			}
+		})
+	}
+}
+
+// A message ID is unique per child only: written into two children, a
+// settle by a store without hints settles both rows (as the statement by
+// id alone did), and a delivered ID that no child holds any more settles
+// nothing and fails nothing.
+func TestRingSettleDuplicateAndGoneIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{Layout: LayoutRing, RingChildren: 3, RingRotate: time.Hour})
+	first := newMsgs(2, "a")
+	dup := first[0]
+	ringTwoChildren(t, b, first, []outbox.Message{dup})
+	recs := b.all(t)
+	if len(recs) != 3 {
+		t.Fatalf("fetched %d records, want 3 (one ID twice)", len(recs))
+	}
+	other := b.otherStore(t)
+	gone := outbox.NewID()
+	settleEvery(t, b, other, recs, func(r outbox.Record, st *outbox.Settlement) {
+		if r.ID == dup.ID && !slices.Contains(st.Delivered, r.ID) {
+			st.Delivered = append(st.Delivered, r.ID, gone)
+		}
+	})
+	left := b.all(t)
+	if len(left) != 1 || left[0].ID != first[1].ID {
+		t.Fatalf("left %v, want only %s", left, first[1].ID)
+	}
+}
+
+// The statement of a ring settle names each child it touches, with its
+// ring beside the ID (the children's unique index), and no other child.
+func TestRingSettleSQLNamesItsChildren(t *testing.T) {
+	t.Parallel()
+	n := newNames(Options{Schema: "s", TablePrefix: "outbox"}.WithDefaults())
+	child := func(k int16) string { return `"s"."outbox_messages_r` + string(rune('0'+k)) + `"` }
+	b := settleBatch{rings: true, child: child,
+		delIdx: []int32{1, 1}, delIDs: make([][16]byte, 2), delRing: []int16{2, 0},
+		deadIdx: []int32{1}, deadIDs: make([][16]byte, 1), deadAtt: []int32{3}, deadErr: []string{"x"}, deadRing: []int16{2},
+	}
+	sql, args := settleSQL(n, false, "node", []int32{5}, []int64{1}, &b)
+	for _, want := range []string{
+		`delivered_0 AS (
+    DELETE FROM "s"."outbox_messages_r0" m`,
+		`delivered_1 AS (
+    DELETE FROM "s"."outbox_messages_r2" m`,
+		`dead_1 AS (
+    DELETE FROM "s"."outbox_messages_r2" m`,
+		"FROM dead_1\n",
+		"m.id = d.id AND m.published_at IS NULL AND m.ring = $",
+	} {
+		if !strings.Contains(sql, want) {
+			t.Errorf("settle SQL lacks %q:\n%s", want, sql)
+		}
+	}
+	if strings.Contains(sql, `"s"."outbox_messages" m`) || strings.Contains(sql, "_r1") {
+		t.Errorf("settle SQL touches the parent or child 1:\n%s", sql)
+	}
+	if got := strings.Count(sql, "$"); got < len(args) {
+		t.Errorf("%d placeholders for %d arguments", got, len(args))
+	}
+}
+
+// The hints are bounded: two generations of ringHintsMax, the older
+// dropped when the newer fills.
+func TestRingHintsBounded(t *testing.T) {
+	t.Parallel()
+	var h ringHints
+	ids := make([][16]byte, 2*ringHintsMax+1)
+	rings := make([]int16, len(ids))
+	for i := range ids {
+		ids[i][0], ids[i][1], ids[i][2] = byte(i), byte(i>>8), byte(i>>16)
+		rings[i] = int16(i % 3)
+	}
+	h.put(ids, rings)
+	if n := h.size(); n > 2*ringHintsMax {
+		t.Fatalf("%d hints held, want at most %d", n, 2*ringHintsMax)
+	}
+	if _, ok := h.get(ids[0]); ok {
+		t.Error("the oldest hint survived two generations")
+	}
+	if k, ok := h.get(ids[len(ids)-1]); !ok || k != rings[len(ids)-1] {
+		t.Errorf("newest hint = %d, %v", k, ok)
+	}
+	if k, ok := h.get(ids[ringHintsMax+5]); !ok || k != rings[ringHintsMax+5] {
+		t.Errorf("hint of the previous generation = %d, %v", k, ok)
+	}
+	h.forget(ids[len(ids)-1:])
+	if _, ok := h.get(ids[len(ids)-1]); ok {
+		t.Error("a forgotten hint is still held")
+	}
+}
