@@ -595,3 +595,43 @@ func (s *Store) planArgs(args ...any) []any {
 	}
 	return append([]any{pgx.QueryExecModeCacheDescribe}, args...)
 }
+
+// sendBatch runs b in tx: as one batch (one round trip, prepared
+// statements), or on the ring layout statement by statement, unnamed
+// (planArgs), each planned for the children as they are now. A batch
+// cannot run some statements unnamed, and a prepared statement without
+// parameters always runs its cached generic plan: Backlog's heads (ORDER
+// BY seq LIMIT 1 per partition), planned while the writers' child was
+// empty, read it in full once it held thousands of rows.
+func (s *Store) sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if !s.ringLayout.Load() {
+		return tx.SendBatch(ctx, b).Close()
+	}
+	for _, qq := range b.QueuedQueries {
+		r := &unnamedResult{ctx: ctx, tx: tx, sql: qq.SQL, args: s.planArgs(qq.Arguments...)}
+		var err error
+		if qq.Fn != nil {
+			err = qq.Fn(r)
+		} else {
+			_, err = r.Exec()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unnamedResult is the pgx.BatchResults of one statement of sendBatch.
+type unnamedResult struct {
+	ctx  context.Context
+	tx   pgx.Tx
+	sql  string
+	args []any
+}
+
+func (r *unnamedResult) Exec() (pgconn.CommandTag, error) { return r.tx.Exec(r.ctx, r.sql, r.args...) }
+func (r *unnamedResult) Query() (pgx.Rows, error)         { return r.tx.Query(r.ctx, r.sql, r.args...) }
+func (r *unnamedResult) QueryRow() pgx.Row                { return r.tx.QueryRow(r.ctx, r.sql, r.args...) }
+func (r *unnamedResult) Close() error                     { return nil }
+func (r *unnamedResult) Tx() pgx.Tx                       { return nil }

@@ -220,3 +220,56 @@ func TestRingHintsBounded(t *testing.T) {
 		t.Error("a forgotten hint is still held")
 	}
 }
+
+// Backlog and Status run their statements in a batch, prepared; on the
+// ring layout they must plan them for the children as they are at each
+// call, never reuse a generic plan cached while a child was empty (a
+// prepared statement without parameters always runs its generic plan):
+// they run unnamed, so none of them is prepared on the connection. The
+// plain table keeps its batch of prepared statements, which run cached
+// generic plans (the control: the check sees them).
+func TestRingBacklogAndStatusRunUnnamed(t *testing.T) {
+	t.Parallel()
+	for _, layout := range []Layout{LayoutRing, LayoutPlain} {
+		t.Run(string(layout), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, Options{Layout: layout, RingChildren: 3, RingRotate: time.Hour})
+			sep := "?"
+			if strings.Contains(b.dsn, "?") {
+				sep = "&"
+			}
+			// One connection: every call runs on it, and the check reads it.
+			s, err := Open(b.ctx, b.dsn+sep+"pool_max_conns=1", Options{Schema: b.opts.Schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for i := range 8 {
+				if err := b.write(t, newMsgs(3, "k")...); err != nil {
+					t.Fatal(err)
+				}
+				bl, err := s.Backlog(b.ctx, 100)
+				if err != nil || bl.Outstanding != int64(3*(i+1)) {
+					t.Fatalf("Backlog %d: %+v, %v; want %d outstanding", i, bl, err, 3*(i+1))
+				}
+				st, err := s.Status(b.ctx)
+				if err != nil || st.Outstanding != int64(3*(i+1)) {
+					t.Fatalf("Status %d: %+v, %v; want %d outstanding", i, st, err, 3*(i+1))
+				}
+			}
+			var prepared, generic int64
+			err = s.Pool().QueryRow(b.ctx, `SELECT count(*), coalesce(sum(generic_plans), 0) FROM pg_prepared_statements
+WHERE strpos(statement, 'FROM ' || $1) > 0`, b.store.n.messages).Scan(&prepared, &generic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d prepared statements read the outbox table, %d generic plans run", layout, prepared, generic)
+			switch {
+			case layout == LayoutRing && prepared != 0:
+				t.Fatalf("ring: %d prepared statements on the outbox table; want them all unnamed", prepared)
+			case layout == LayoutPlain && generic == 0:
+				t.Fatalf("plain: no generic plan after 8 calls: the check cannot see them")
+			}
+		})
+	}
+}
