@@ -491,6 +491,10 @@ func MigrationSQL(opts Options) (string, error) {
 	fmt.Fprintf(&b, "\n-- the partition count, fixed once, and one lease row per partition\n")
 	fmt.Fprintf(&b, "INSERT INTO %s (partitions) VALUES (%d);\n", n.meta, p)
 	fmt.Fprintf(&b, "INSERT INTO %s (partition) SELECT generate_series(0, %d) ON CONFLICT DO NOTHING;\n", n.leases, p-1)
+	if opts.Layout == LayoutRing {
+		s.rn = newRingNames(opts)
+		b.WriteString(s.ringCreateSQL())
+	}
 	return b.String(), nil
 }
 

@@ -237,6 +237,19 @@ CREATE INDEX ` + r.published + ` ON ` + r.temp + ` (published_at) WHERE publishe
 	return b.String()
 }
 
+// ringCreateSQL is the ring layout of a new, empty outbox table, for
+// MigrationSQL (outbox migrate --print-sql with layout=ring): what
+// convertToRing leaves when the table it converts is empty (the new parent
+// under the table's name; the empty table dropped).
+func (s *Store) ringCreateSQL() string {
+	n := cmp.Or(s.opts.RingChildren, RingChildrenDefault)
+	return fmt.Sprintf("\n-- the ring layout (Options.Layout ring): the outbox table LIST-partitioned on ring into %d children,\n", n) +
+		"-- replacing the empty table made above; the relay rotates writers through them and truncates the drained ones\n" +
+		s.ringParentSQL(n) +
+		"DROP TABLE " + s.n.messages + ";\n" +
+		"ALTER TABLE " + s.rn.temp + " RENAME TO " + pgx.Identifier{s.rn.messages}.Sanitize() + ";\n"
+}
+
 // convertToRing turns the plain outbox table into the ring layout, online:
 // writers and relays keep working, waiting at most RingConvertLockTimeout
 // at a time (a try that times out is repeated until ctx ends). It reports
@@ -581,6 +594,35 @@ func (s *Store) migrateLayout(ctx context.Context, conn *pgx.Conn) (Layout, bool
 		return LayoutPlain, false, err
 	}
 	return LayoutRing, converted, nil
+}
+
+// PendingLayout says what Migrate would do to the outbox table's layout
+// (outbox migrate --dry-run): "" for nothing, else a line naming the
+// change. It fails as Migrate would when Options.Layout asks for the plain
+// layout of a ring.
+func (s *Store) PendingLayout(ctx context.Context) (string, error) {
+	if err := s.check("migrate"); err != nil {
+		return "", err
+	}
+	if s.opts.Capture == CaptureWAL {
+		return "", nil
+	}
+	var exists, ring bool
+	err := s.pool.QueryRow(ctx, `SELECT c.oid IS NOT NULL, coalesce(c.relkind = 'p', false) FROM (SELECT to_regclass($1) AS oid) r LEFT JOIN pg_class c ON c.oid = r.oid`,
+		s.n.messages).Scan(&exists, &ring)
+	if err != nil {
+		return "", fmt.Errorf("postgres: look at the outbox table's layout: %w", err)
+	}
+	n := cmp.Or(s.opts.RingChildren, RingChildrenDefault)
+	switch {
+	case ring && s.opts.Layout == LayoutPlain:
+		return "", fmt.Errorf("postgres: Options.Layout is %q but the outbox table %s has the %q layout; Migrate does not convert it back", LayoutPlain, s.n.messages, LayoutRing)
+	case ring || s.opts.Layout != LayoutRing:
+		return "", nil
+	case !exists:
+		return fmt.Sprintf("ring layout: the outbox table created as a ring of %d children", n), nil
+	}
+	return fmt.Sprintf("ring layout: the outbox table %s converted online into a ring of %d children (the former table attached as the child %s)", s.n.messages, n, s.rn.legacyName), nil
 }
 
 // planArgs returns the arguments of a relay statement on the outbox table.

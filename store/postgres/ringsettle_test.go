@@ -273,3 +273,38 @@ WHERE strpos(statement, 'FROM ' || $1) > 0`, b.store.n.messages).Scan(&prepared,
 		})
 	}
 }
+
+// outbox migrate --dry-run says what Migrate would do to the layout.
+func TestRingPendingLayout(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // plain
+	open := func(o Options) *Store {
+		o.Schema = b.opts.Schema
+		s, err := Open(b.ctx, b.dsn, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	fresh := open(Options{Layout: LayoutRing, TablePrefix: "fresh"})
+	if got, err := fresh.PendingLayout(b.ctx); err != nil || !strings.Contains(got, "created as a ring of 4 children") {
+		t.Errorf("new outbox, layout ring: %q, %v", got, err)
+	}
+	if got, err := b.store.PendingLayout(b.ctx); err != nil || got != "" {
+		t.Errorf("plain outbox, layout empty: %q, %v; want nothing", got, err)
+	}
+	conv := open(Options{Layout: LayoutRing})
+	if got, err := conv.PendingLayout(b.ctx); err != nil || !strings.Contains(got, "converted online") {
+		t.Errorf("plain outbox, layout ring: %q, %v", got, err)
+	}
+	if err := conv.Migrate(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := conv.PendingLayout(b.ctx); err != nil || got != "" {
+		t.Errorf("ring outbox, layout ring: %q, %v; want nothing", got, err)
+	}
+	if got, err := open(Options{Layout: LayoutPlain}).PendingLayout(b.ctx); err == nil || !strings.Contains(err.Error(), "does not convert it back") {
+		t.Errorf("ring outbox, layout plain: %q, %v; want Migrate's refusal", got, err)
+	}
+}
