@@ -280,7 +280,7 @@ func (s *Store) migrate(ctx context.Context, conn *pgx.Conn, ms []migration) (Mi
 	if err != nil {
 		return rep, err
 	}
-	rep.Layout, rep.ConvertedToRing, err = s.migrateLayout(ctx, conn)
+	rep.Layout, rep.ConvertedToRing, err = s.migrateLayout(ctx, conn, rep.Created)
 	return rep, err
 }
 
@@ -491,7 +491,7 @@ func MigrationSQL(opts Options) (string, error) {
 	fmt.Fprintf(&b, "\n-- the partition count, fixed once, and one lease row per partition\n")
 	fmt.Fprintf(&b, "INSERT INTO %s (partitions) VALUES (%d);\n", n.meta, p)
 	fmt.Fprintf(&b, "INSERT INTO %s (partition) SELECT generate_series(0, %d) ON CONFLICT DO NOTHING;\n", n.leases, p-1)
-	if opts.Layout == LayoutRing {
+	if s.wantLayout(true) == LayoutRing {
 		s.rn = newRingNames(opts)
 		b.WriteString(s.ringCreateSQL())
 	}

@@ -573,20 +573,41 @@ func (s *Store) truncateDrained(ctx context.Context, k int) (bool, error) {
 	return truncated, nil
 }
 
+// LayoutNew is the layout Migrate gives a new outbox (one whose tables it
+// creates) when Options.Layout is empty. An existing outbox keeps its
+// layout: Migrate converts a table only when Options.Layout asks.
+const LayoutNew = LayoutPlain
+
+// wantLayout is the layout Migrate makes: Options.Layout, or for a new
+// outbox (created) LayoutNew when it is empty; with capture WAL none.
+func (s *Store) wantLayout(created bool) Layout {
+	if s.opts.Capture == CaptureWAL {
+		return ""
+	}
+	if s.opts.Layout == "" && created {
+		return LayoutNew
+	}
+	return s.opts.Layout
+}
+
 // migrateLayout applies Options.Layout after the migrations: it converts
 // the table to the ring when asked, and reports the layout.
-func (s *Store) migrateLayout(ctx context.Context, conn *pgx.Conn) (Layout, bool, error) {
+//
+// created says the migrations just created the tables (a new outbox): an
+// empty Options.Layout then means LayoutNew.
+func (s *Store) migrateLayout(ctx context.Context, conn *pgx.Conn, created bool) (Layout, bool, error) {
 	ring, err := s.isRing(ctx, conn)
 	if err != nil {
 		return "", false, fmt.Errorf("look at the outbox table's layout: %w", err)
 	}
+	want := s.wantLayout(created)
 	switch {
-	case ring && s.opts.Layout == LayoutPlain:
+	case ring && want == LayoutPlain:
 		return LayoutRing, false, fmt.Errorf("Options.Layout is %q but the outbox table %s has the %q layout; Migrate does not convert it back: leave Layout empty (or %q)",
 			LayoutPlain, s.n.messages, LayoutRing, LayoutRing)
 	case ring:
 		return LayoutRing, false, nil
-	case s.opts.Layout != LayoutRing:
+	case want != LayoutRing:
 		return LayoutPlain, false, nil
 	}
 	converted, err := s.convertToRing(ctx, conn)
@@ -614,10 +635,11 @@ func (s *Store) PendingLayout(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("postgres: look at the outbox table's layout: %w", err)
 	}
 	n := cmp.Or(s.opts.RingChildren, RingChildrenDefault)
+	want := s.wantLayout(!exists)
 	switch {
-	case ring && s.opts.Layout == LayoutPlain:
+	case ring && want == LayoutPlain:
 		return "", fmt.Errorf("postgres: Options.Layout is %q but the outbox table %s has the %q layout; Migrate does not convert it back", LayoutPlain, s.n.messages, LayoutRing)
-	case ring || s.opts.Layout != LayoutRing:
+	case ring || want != LayoutRing:
 		return "", nil
 	case !exists:
 		return fmt.Sprintf("ring layout: the outbox table created as a ring of %d children", n), nil

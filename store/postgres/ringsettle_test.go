@@ -308,3 +308,39 @@ func TestRingPendingLayout(t *testing.T) {
 		t.Errorf("ring outbox, layout plain: %q, %v; want Migrate's refusal", got, err)
 	}
 }
+
+// A new outbox gets LayoutNew when Options.Layout is empty; an existing
+// one keeps its layout (no conversion nobody asked for); with capture
+// WAL there is no layout to make.
+func TestNewOutboxLayout(t *testing.T) {
+	t.Parallel()
+	other := LayoutPlain
+	if LayoutNew == LayoutPlain {
+		other = LayoutRing
+	}
+	b := setup(t, Options{Layout: other}) // an existing outbox of the other layout
+	fresh, err := Open(b.ctx, b.dsn, Options{Schema: b.opts.Schema, TablePrefix: "fresh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if got, err := fresh.PendingLayout(b.ctx); err != nil || (LayoutNew == LayoutRing) != strings.Contains(got, "created as a ring") {
+		t.Errorf("dry run of a new outbox: %q, %v; want the %s layout", got, err, LayoutNew)
+	}
+	rep, err := fresh.MigrateWithReport(b.ctx)
+	if err != nil || rep.Layout != LayoutNew || !rep.Created {
+		t.Fatalf("new outbox: %+v, %v; want the %s layout", rep, err, LayoutNew)
+	}
+	again, err := Open(b.ctx, b.dsn, Options{Schema: b.opts.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	rep, err = again.MigrateWithReport(b.ctx)
+	if err != nil || rep.Layout != other || rep.ConvertedToRing || rep.Created {
+		t.Fatalf("existing %s outbox migrated with Layout empty: %+v, %v; want it kept", other, rep, err)
+	}
+	if got, err := again.PendingLayout(b.ctx); err != nil || got != "" {
+		t.Errorf("dry run of the existing outbox: %q, %v; want nothing", got, err)
+	}
+}
