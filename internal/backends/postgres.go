@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,13 +29,15 @@ func init() {
 // postgresMigrationSQL prints the tables' SQL; the URL only names the
 // scheme (its host is never contacted).
 func postgresMigrationSQL(u *url.URL, o StoreOptions) (string, error) {
-	if l, err := postgresLayoutParam(u); err != nil || l == postgres.LayoutRing {
-		return "", cmp.Or(err, Invalid(StoreFlag, "layout=ring: --print-sql prints the plain layout only; create the tables from it, then convert them online with `outbox migrate --store 'postgres://…?layout=ring'`"))
+	l, err := postgresLayoutParam(u)
+	if err != nil {
+		return "", err
 	}
 	return postgres.MigrationSQL(postgres.Options{
 		Schema:      o.Schema,
 		TablePrefix: o.TablePrefix,
 		Partitions:  o.Partitions,
+		Layout:      l,
 	})
 }
 
@@ -59,6 +60,13 @@ func (s postgresStore) PendingMigrations(ctx context.Context) ([]string, error) 
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = m.String()
+	}
+	if err != nil {
+		return out, err
+	}
+	layout, err := s.Store.PendingLayout(ctx)
+	if layout != "" {
+		out = append(out, layout)
 	}
 	return out, err
 }

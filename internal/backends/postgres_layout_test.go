@@ -11,7 +11,7 @@ import (
 
 // layout=plain|ring in a postgres:// store URL is the store's
 // Options.Layout and leaves the URL; anything else is a usage error naming
-// it; --print-sql refuses ring (it prints the plain layout only).
+// it; --print-sql prints the layout asked for.
 func TestPostgresLayoutParam(t *testing.T) {
 	for _, c := range []struct {
 		raw  string
@@ -42,7 +42,11 @@ func TestPostgresLayoutParam(t *testing.T) {
 		}
 	}
 	u, _ := url.Parse("postgres://?layout=ring")
-	if _, err := postgresMigrationSQL(u, StoreOptions{}); err == nil || !strings.Contains(err.Error(), "plain layout only") {
-		t.Errorf("print-sql with layout=ring: %v; want a refusal", err)
+	if sql, err := postgresMigrationSQL(u, StoreOptions{}); err != nil || !strings.Contains(sql, "PARTITION BY LIST (ring)") {
+		t.Errorf("print-sql with layout=ring: %v; want the ring layout's SQL:\n%s", err, sql)
+	}
+	u, _ = url.Parse("postgres://?layout=plain")
+	if sql, err := postgresMigrationSQL(u, StoreOptions{}); err != nil || strings.Contains(sql, "PARTITION BY") {
+		t.Errorf("print-sql with layout=plain: %v; want the plain layout's SQL:\n%s", err, sql)
 	}
 }

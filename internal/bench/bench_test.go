@@ -249,6 +249,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"fast-db":         {FastDB: true, Store: "postgres://localhost/db"},
 		"broker-process":  {BrokerProcess: "docker"},
 		"steady-consumer": {SteadyConsumer: "push"},
+
+		"steady-alone-duration": {SteadyAloneDuration: -time.Second},
 	}
 	for flag, o := range cases {
 		err := o.WithDefaults().Validate()

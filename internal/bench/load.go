@@ -191,7 +191,11 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		return nil, RunResult{}, err
 	}
 	env.meter.setPhase("producers alone")
-	alone, aloneSpan, aloneN, err := loadSpan(ctx, env, k, rate, warmup, d, nil, nil)
+	aloneD := d
+	if env.opts.SteadyAloneDuration > 0 {
+		aloneD = env.opts.SteadyAloneDuration
+	}
+	alone, aloneSpan, aloneN, err := loadSpan(ctx, env, k, rate, warmup, aloneD, nil, nil)
 	if err != nil {
 		return nil, RunResult{}, err
 	}

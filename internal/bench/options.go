@@ -131,6 +131,12 @@ type Options struct {
 	// start-up (connections being opened, the first plans, the first
 	// stream blocks). Zero means none.
 	SteadyWarmup time.Duration
+	// SteadyAloneDuration is how long the steady/ORDERING@RATE and
+	// horizon scenarios measure the producers alone, the baseline that
+	// the PostgreSQL CPU the relay adds is taken from (zero: as long as
+	// SteadyDuration). A long hold of the horizon needs a long run with
+	// the relay, not a long baseline.
+	SteadyAloneDuration time.Duration
 	// FastDB starts the throwaway PostgreSQL server with fsync=off (and
 	// full_page_writes off), as the bench did before it measured durable
 	// databases by default. Invalid with Store.
@@ -267,6 +273,9 @@ func (o Options) Validate() error {
 	}
 	if o.Layout != "" && o.Layout != LayoutPlain && o.Layout != LayoutRing {
 		return invalid("Layout", "layout", "must be %q or %q, got %q", LayoutPlain, LayoutRing, o.Layout)
+	}
+	if o.SteadyAloneDuration < 0 {
+		return invalid("SteadyAloneDuration", "steady-alone-duration", "must be 0 (as long as --steady-duration) or positive, got %v", o.SteadyAloneDuration)
 	}
 	if o.SteadyWarmup < 0 {
 		return invalid("SteadyWarmup", "steady-warmup", "must be 0 (none) or positive, got %v", o.SteadyWarmup)

@@ -115,6 +115,7 @@ the stream to time each message's arrival).`,
 	fs.IntVar(&o.SteadyRate, "steady-rate", bench.SteadyRateDefault, "steady/wal's messages per second (the steady/ORDERING@RATE scenarios carry their rates in their names)")
 	fs.DurationVar(&o.SteadyDuration, "steady-duration", bench.SteadyDurationDefault, "how long the steady scenario produces and measures")
 	fs.DurationVar(&o.SteadyWarmup, "steady-warmup", bench.SteadyWarmupDefault, "how long the steady scenario produces before it measures (0: no warm-up)")
+	fs.DurationVar(&o.SteadyAloneDuration, "steady-alone-duration", 0, "how long the steady and horizon scenarios measure the producers alone, the baseline of the PostgreSQL CPU the relay adds (0: as long as --steady-duration)")
 	fs.StringVar(&o.Layout, "layout", bench.LayoutPlain, "layout of our outbox table: plain, or ring (partitions truncated once drained: no dead tuples left for vacuum)")
 	fs.BoolVar(&o.FastDB, "fast-db", false, "start the throwaway PostgreSQL with fsync=off and full_page_writes=off (default: durable, fsync=on, synchronous_commit=on, full_page_writes=on); not with --store")
 	fs.DurationVar(&o.IdleDuration, "idle-duration", bench.IdleDurationDefault, "how long the idle scenario measures a relay with nothing to do")

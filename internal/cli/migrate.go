@@ -35,6 +35,8 @@ built again.
 --print-sql prints the SQL for the schema, table prefix and partition count
 (for goose, Flyway, atlas or a DBA) without connecting; applying it and then
 running migrate is a no-op. --dry-run connects and says what would be applied.
+Both follow the store URL's layout=ring (PostgreSQL): --print-sql prints the
+ring, --dry-run says whether migrate would create it or convert the table.
 
 With --capture wal it also creates the publication and the logical
 replication slot the relay reads, after checking that the server can stream

@@ -76,6 +76,9 @@ func (s *Store) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error)
 	if limit < 1 || limit > outbox.BacklogScanLimitMax {
 		return nil, fmt.Errorf("postgres: backlog: limit must be between 1 and %d, got %d", outbox.BacklogScanLimitMax, limit)
 	}
+	if _, err := s.Partitions(ctx); err != nil { // and the layout, once (see sendBatch)
+		return nil, err
+	}
 	q := newBacklogSQL(s.n)
 	var (
 		b        *outbox.Backlog
@@ -126,7 +129,7 @@ func (s *Store) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error)
 			}
 			return rows.Err()
 		})
-		return tx.SendBatch(ctx, batch).Close()
+		return s.sendBatch(ctx, tx, batch)
 	})
 	if err != nil {
 		return nil, s.wrap("backlog", err)

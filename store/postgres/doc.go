@@ -135,7 +135,11 @@
 // EXCLUSIVE mode and found, after the lock, to hold no undelivered row:
 // a transaction that inserted into it and commits late keeps it (see
 // ring.go). Every guarantee above holds on it; the conformance suite, the
-// chaos and crash tests run on both layouts.
+// chaos and crash tests run on both layouts. Settles name the child of
+// each message (ringsettle.go), so each touches one child's unique index.
+// A new outbox gets [LayoutNew] (plain) unless Options.Layout says
+// otherwise; Migrate never converts a ring back (README: what to do
+// instead).
 //
 // # Retention
 //

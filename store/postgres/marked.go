@@ -83,13 +83,17 @@ var _ outbox.MarkedFetcher = (*Store)(nil)
 //	                          Index Cond: ((partition = c.p) AND (seq > c.resume))  (resumed)
 //	                    ->  Limit ->  Index Scan using <prefix>_messages_pending_idx on <prefix>_messages y_2
 //	                          Index Cond: ((partition = c.p) AND (seq > c.after))
-func markedFetchSQL(n names) string {
+func markedFetchSQL(n names, cols string) string {
 	// The first branch is one row holding the statement's snapshot (the
 	// mark) and nothing else; the records follow with a NULL mark, so the
 	// snapshot is rendered and sent once, not once per record.
-	return `SELECT pg_current_snapshot()::text, NULL::uuid, NULL::integer, NULL::bigint, NULL::text, NULL::text, NULL::bytea, NULL::text, NULL::timestamptz, NULL::integer, NULL::timestamptz, NULL::text
+	header := `NULL::uuid, NULL::integer, NULL::bigint, NULL::text, NULL::text, NULL::bytea, NULL::text, NULL::timestamptz, NULL::integer, NULL::timestamptz, NULL::text`
+	if cols == ringRecordColumns {
+		header += `, NULL::smallint`
+	}
+	return `SELECT pg_current_snapshot()::text, ` + header + `
 UNION ALL
-SELECT NULL, ` + recordColumns + `
+SELECT NULL, ` + cols + `
 FROM unnest($1::integer[], $2::bigint[], $3::text[], $5::bigint[], $6::text[]) AS c(p, after, mark, resume, seen)
 CROSS JOIN LATERAL (
     SELECT NULLIF(c.mark, '')::pg_snapshot AS mark,
@@ -185,14 +189,17 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 		}
 		states[i], bases[i], resumes[i], seens[i] = st, st.base, st.resume, st.seen
 	}
-	rows, err := s.pool.Query(ctx, s.q.marked, s.planArgs(parts, afters, bases, limit, resumes, seens)...)
+	rq, ring := s.recordQueries()
+	rows, err := s.pool.Query(ctx, rq.marked, s.planArgs(parts, afters, bases, limit, resumes, seens)...)
 	if err != nil {
 		return nil, "", s.wrap("fetch", err)
 	}
 	defer rows.Close()
 	var (
-		mark string
-		recs []outbox.Record
+		mark  string
+		recs  []outbox.Record
+		ids   [][16]byte // with ring: the hints (see ringsettle.go)
+		rings []int16
 	)
 	for rows.Next() {
 		var (
@@ -208,13 +215,21 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 			att     pgtype.Int4
 			next    pgtype.Timestamptz
 			lastErr *string
+			k       pgtype.Int2
 		)
-		if err := rows.Scan(&snap, &id, &part, &seq, &topic, &key, &r.Payload, &headers, &created, &att, &next, &lastErr); err != nil {
+		dest := []any{&snap, &id, &part, &seq, &topic, &key, &r.Payload, &headers, &created, &att, &next, &lastErr}
+		if ring {
+			dest = append(dest, &k)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, "", s.wrap("fetch", err)
 		}
 		if snap != nil {
 			mark = *snap // the header row
 			continue
+		}
+		if ring {
+			ids, rings = append(ids, id.Bytes), append(rings, k.Int16)
 		}
 		r.ID = uuid.Format(id.Bytes)
 		r.Partition, r.Seq, r.Topic, r.Key = int(part.Int32), seq.Int64, topic.String, key.String
@@ -224,6 +239,9 @@ func (s *Store) FetchMarked(ctx context.Context, cursors []outbox.Cursor, limit 
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", s.wrap("fetch", err)
+	}
+	if ring {
+		s.hints.put(ids, rings)
 	}
 	inSeqOrder(recs)
 	return recs, nextMark(mark, cursors, states, recs, limit), nil

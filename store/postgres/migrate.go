@@ -180,6 +180,7 @@ func (s *Store) MigrateWithReport(ctx context.Context) (MigrateReport, error) {
 		return rep, fmt.Errorf("postgres: migrate schema %q, prefix %q: %w", s.opts.Schema, s.opts.TablePrefix, err)
 	}
 	s.partitions.Store(int64(rep.Partitions))
+	s.ringLayout.Store(rep.Layout == LayoutRing) // also when Migrate converted it
 	return rep, nil
 }
 
@@ -279,7 +280,7 @@ func (s *Store) migrate(ctx context.Context, conn *pgx.Conn, ms []migration) (Mi
 	if err != nil {
 		return rep, err
 	}
-	rep.Layout, rep.ConvertedToRing, err = s.migrateLayout(ctx, conn)
+	rep.Layout, rep.ConvertedToRing, err = s.migrateLayout(ctx, conn, rep.Created)
 	return rep, err
 }
 
@@ -490,6 +491,10 @@ func MigrationSQL(opts Options) (string, error) {
 	fmt.Fprintf(&b, "\n-- the partition count, fixed once, and one lease row per partition\n")
 	fmt.Fprintf(&b, "INSERT INTO %s (partitions) VALUES (%d);\n", n.meta, p)
 	fmt.Fprintf(&b, "INSERT INTO %s (partition) SELECT generate_series(0, %d) ON CONFLICT DO NOTHING;\n", n.leases, p-1)
+	if s.wantLayout(true) == LayoutRing {
+		s.rn = newRingNames(opts)
+		b.WriteString(s.ringCreateSQL())
+	}
 	return b.String(), nil
 }
 

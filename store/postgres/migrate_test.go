@@ -195,12 +195,23 @@ func TestMigrateDropsInvalidIndexOfFailedBuild(t *testing.T) {
 // TestMigrationSQLAppliedByPsql applies the --print-sql output with psql, as
 // a DBA or a migration tool would, and checks that the result equals what
 // Migrate makes and that Migrate then has nothing to do.
+// On the ring layout too (layout=ring): the printed SQL makes the ring
+// that Migrate makes on an empty database.
 func TestMigrationSQLAppliedByPsql(t *testing.T) {
 	t.Parallel()
+	for _, layout := range []Layout{LayoutPlain, LayoutRing} {
+		t.Run(string(layout), func(t *testing.T) {
+			t.Parallel()
+			testMigrationSQLAppliedByPsql(t, layout)
+		})
+	}
+}
+
+func testMigrationSQLAppliedByPsql(t *testing.T, layout Layout) {
 	ctx := t.Context()
 	psql := filepath.Join(postgresBinDir(t), "psql")
 	dsn := testenv.PostgresDSN(t)
-	opts := Options{Schema: "printed", TablePrefix: "ob", Partitions: 12}
+	opts := Options{Schema: "printed", TablePrefix: "ob", Partitions: 12, Layout: layout}
 	text, err := MigrationSQL(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -221,10 +232,10 @@ func TestMigrationSQLAppliedByPsql(t *testing.T) {
 	}
 	defer s.Close()
 	rep, err := s.MigrateWithReport(ctx)
-	if err != nil || len(rep.Applied) != 0 || rep.Partitions != 12 {
-		t.Fatalf("migrate after the printed SQL: %+v, %v; want nothing to do, 12 partitions", rep, err)
+	if err != nil || len(rep.Applied) != 0 || rep.Partitions != 12 || rep.ConvertedToRing || rep.Layout != layout {
+		t.Fatalf("migrate after the printed SQL: %+v, %v; want nothing to do, 12 partitions, layout %s", rep, err, layout)
 	}
-	direct, err := Open(ctx, dsn, Options{Schema: "direct", TablePrefix: "ob", Partitions: 12})
+	direct, err := Open(ctx, dsn, Options{Schema: "direct", TablePrefix: "ob", Partitions: 12, Layout: layout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +246,7 @@ func TestMigrationSQLAppliedByPsql(t *testing.T) {
 	shape := func(schema string) string {
 		var out string
 		err := s.Pool().QueryRow(ctx, `SELECT string_agg(x, E'\n' ORDER BY x) FROM (
-  SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '') AS x
+  SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || replace(coalesce(column_default, ''), $1 || '.', '') AS x
     FROM information_schema.columns WHERE table_schema = $1
   UNION ALL SELECT replace(indexdef, $1 || '.', '') FROM pg_indexes WHERE schemaname = $1
   UNION ALL SELECT 'leases ' || count(*) FROM `+pgx.Identifier{"printed", "ob_leases"}.Sanitize()+` WHERE $1 = 'printed'

@@ -100,7 +100,8 @@ type Options struct {
 	// whose cost does not depend on vacuum (choose it when sessions hold
 	// the xmin horizon and WAL capture is not possible). Migrate converts
 	// a plain table to the ring online; it does not convert back. Empty
-	// (the default) keeps the existing layout, plain for a new outbox.
+	// (the default) keeps the existing layout, [LayoutNew] for a new
+	// outbox.
 	// Writers need not know it; the relay finds it in the database.
 	Layout Layout
 	// RingChildren is the number of partitions of the ring, used by

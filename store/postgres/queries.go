@@ -70,6 +70,19 @@ FROM (SELECT count(*) AS n, string_agg(DISTINCT partition::text, ',') AS parts F
 // recordColumns are the columns scanned by scanRecord, from alias m.
 const recordColumns = `m.id, m.partition, m.seq, m.topic, m.key, m.payload, m.headers::text, m.created_at, m.attempts, m.next_attempt_at, m.last_error`
 
+// ringRecordColumns are recordColumns and the ring of the row (the ring
+// layout: see ringsettle.go), scanned by Store.scanRecords.
+const ringRecordColumns = recordColumns + `, m.ring`
+
+// recordQueries are the statements that return records, with the columns
+// of one layout.
+type recordQueries struct {
+	fetch    string
+	marked   string // markedFetchSQL
+	claimNew string
+	claimOld string
+}
+
 // queries are the store's fixed statements, built once per Store.
 type queries struct {
 	partitions string
@@ -84,11 +97,14 @@ type queries struct {
 	claimOld   string
 	cleanup    string
 	requeueIns string // prefix; the filter is appended
+
+	ring recordQueries // the record statements of the ring layout
 }
 
 func newQueries(n names, opts Options) queries {
 	var q queries
-	q.marked = markedFetchSQL(n)
+	q.marked = markedFetchSQL(n, recordColumns)
+	q.ring.marked = markedFetchSQL(n, ringRecordColumns)
 	// The third column says whether the table has the ring layout (ring.go).
 	q.partitions = `SELECT partitions, pg_is_in_recovery(), coalesce((SELECT c.relkind = 'p' FROM pg_class c WHERE c.oid = to_regclass(` + quoteLiteral(n.messages) + `)), false) FROM ` + n.meta
 
@@ -163,7 +179,8 @@ DELETE FROM ` + n.relays + ` WHERE node = $1`
 	//
 	// On small tables the planner may prefer a bitmap scan of the same index
 	// plus a sort, which is as cheap there.
-	q.fetch = `SELECT ` + recordColumns + `
+	fetch := func(cols string) string {
+		return `SELECT ` + cols + `
 FROM unnest($1::integer[], $2::bigint[]) AS c(p, after)
 CROSS JOIN LATERAL (
     SELECT * FROM ` + n.messages + ` x
@@ -171,6 +188,8 @@ CROSS JOIN LATERAL (
     ORDER BY x.seq
     LIMIT $3
 ) m`
+	}
+	q.fetch, q.ring.fetch = fetch(recordColumns), fetch(ringRecordColumns)
 
 	// Per cursor, the pending index (checked by TestQueryPlans):
 	//
@@ -207,8 +226,8 @@ CROSS JOIN LATERAL (
 	// marking the index entries of deleted rows dead as it passes them,
 	// instead of a bitmap scan of the pending index followed by a sort,
 	// which visits every row deleted since the last vacuum on every claim.
-	claim := func(cond string) string {
-		return `SELECT ` + recordColumns + `
+	claim := func(cols, cond string) string {
+		return `SELECT ` + cols + `
 FROM ` + n.messages + ` m
 WHERE ` + cond + `
     AND m.published_at IS NULL AND (m.next_attempt_at IS NULL OR m.next_attempt_at <= now())
@@ -217,8 +236,10 @@ ORDER BY m.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
 	}
-	q.claimNew = claim(`m.id >= $3::uuid`)
-	q.claimOld = claim(`m.id < $3::uuid`)
+	q.claimNew = claim(recordColumns, `m.id >= $3::uuid`)
+	q.claimOld = claim(recordColumns, `m.id < $3::uuid`)
+	q.ring.claimNew = claim(ringRecordColumns, `m.id >= $3::uuid`)
+	q.ring.claimOld = claim(ringRecordColumns, `m.id < $3::uuid`)
 
 	// Batched retention cleanup on the partial published index.
 	q.cleanup = `DELETE FROM ` + n.messages + ` WHERE id IN (
@@ -257,6 +278,14 @@ type settleBatch struct {
 	deadIDs  [][16]byte
 	deadAtt  []int32
 	deadErr  []string
+	// With the ring layout (see ringsettle.go): the ring of each item,
+	// parallel to the IDs, and the child table of a ring. rings is false
+	// for the plain statement.
+	delRing   []int16
+	retryRing []int16
+	deadRing  []int16
+	rings     bool
+	child     func(ring int16) string
 }
 
 func (b *settleBatch) empty() bool {
@@ -277,15 +306,15 @@ func (b *settleBatch) empty() bool {
 // to the dead letters with their attempts and last error. Each part is
 // present only when it has items, so the common case (only deliveries) is a
 // single DELETE … USING unnest(…) plus the lease check.
+//
+// With the ring layout (b.rings) the items are grouped by ring, and each
+// group's parts name that child table, with "m.ring = k" beside "m.id =
+// d.id": the unique index (id, ring) of the child, one probe per item, and
+// the statement is planned for that child alone (a plain table's
+// planning; see ringsettle.go).
 func settleSQL(n names, retention bool, node string, leases []int32, epochs []int64, b *settleBatch) (string, []any) {
 	var q sqlBuilder
 	fenced := leases != nil
-	join := func(alias string) (from, where string) {
-		if !fenced {
-			return "", ""
-		}
-		return " JOIN valid v ON v.i = " + alias + ".i", " AND m.partition = v.p"
-	}
 	q.WriteString("WITH ")
 	if fenced {
 		q.WriteString(`s AS MATERIALIZED (
@@ -297,43 +326,33 @@ func settleSQL(n names, retention bool, node string, leases []int32, epochs []in
     FOR SHARE OF l
 ), `)
 	}
-	if len(b.delIDs) > 0 {
-		from, where := join("d")
-		src := `unnest(` + q.arg(b.delIdx) + `::integer[], ` + q.arg(b.delIDs) + `::uuid[]) AS d(i, id)` + from
-		if retention {
-			q.WriteString(`delivered AS (
-    UPDATE ` + n.messages + ` m SET published_at = now()
-    FROM ` + src + `
-    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
-), `)
-		} else {
-			q.WriteString(`delivered AS (
-    DELETE FROM ` + n.messages + ` m
-    USING ` + src + `
-    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
-), `)
+	var dead []string // the CTEs returning dead rows
+	if !b.rings {
+		if settleParts(&q, n.messages, "", "", fenced, retention, b) {
+			dead = append(dead, "dead")
+		}
+	} else {
+		for g, k := range b.ringGroups() {
+			sub := b.ofRing(k)
+			suffix := "_" + strconv.Itoa(g)
+			cond := " AND m.ring = " + q.arg(k) + "::smallint"
+			if settleParts(&q, b.child(k), suffix, cond, fenced, retention, &sub) {
+				dead = append(dead, "dead"+suffix)
+			}
 		}
 	}
-	if len(b.retryIDs) > 0 {
-		from, where := join("r")
-		q.WriteString(`retried AS (
-    UPDATE ` + n.messages + ` m SET attempts = r.attempts, next_attempt_at = r.next_at, last_error = r.err
-    FROM unnest(` + q.arg(b.retryIdx) + `::integer[], ` + q.arg(b.retryIDs) + `::uuid[], ` + q.arg(b.retryAtt) + `::integer[], ` +
-			q.arg(b.retryAt) + `::timestamptz[], ` + q.arg(b.retryErr) + `::text[]) AS r(i, id, attempts, next_at, err)` + from + `
-    WHERE m.id = r.id AND m.published_at IS NULL` + where + `
-), `)
-	}
-	if len(b.deadIDs) > 0 {
-		from, where := join("d")
-		q.WriteString(`dead AS (
-    DELETE FROM ` + n.messages + ` m
-    USING unnest(` + q.arg(b.deadIdx) + `::integer[], ` + q.arg(b.deadIDs) + `::uuid[], ` + q.arg(b.deadAtt) + `::integer[], ` +
-			q.arg(b.deadErr) + `::text[]) AS d(i, id, attempts, err)` + from + `
-    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
-    RETURNING m.id, m.seq, m.partition, m.topic, m.key, m.payload, m.headers, m.created_at, d.attempts, d.err
-), buried AS (
+	if len(dead) > 0 {
+		q.WriteString(`buried AS (
     INSERT INTO ` + n.deadLetters + ` (id, seq, partition, topic, key, payload, headers, created_at, attempts, last_error, failed_at)
-    SELECT id, seq, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM dead
+    SELECT id, seq, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM `)
+		for i, d := range dead {
+			if i > 0 {
+				q.WriteString(`
+    UNION ALL SELECT id, seq, partition, topic, key, payload, headers, created_at, attempts, err, now() FROM `)
+			}
+			q.WriteString(d)
+		}
+		q.WriteString(`
     ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq, partition = EXCLUDED.partition, topic = EXCLUDED.topic, key = EXCLUDED.key,
         payload = EXCLUDED.payload, headers = EXCLUDED.headers, created_at = EXCLUDED.created_at,
         attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, failed_at = EXCLUDED.failed_at
@@ -347,4 +366,55 @@ func settleSQL(n names, retention bool, node string, leases []int32, epochs []in
 		text += "\nSELECT 1"
 	}
 	return text, q.args
+}
+
+// settleParts writes the CTEs of b's delivered, retried and dead items on
+// table (CTE names ending in suffix; cond added to each WHERE), and
+// reports whether it wrote the dead part (dead<suffix>, returning the
+// rows for the dead letters).
+func settleParts(q *sqlBuilder, table, suffix, cond string, fenced, retention bool, b *settleBatch) bool {
+	join := func(alias string) (from, where string) {
+		if !fenced {
+			return "", cond
+		}
+		return " JOIN valid v ON v.i = " + alias + ".i", cond + " AND m.partition = v.p"
+	}
+	if len(b.delIDs) > 0 {
+		from, where := join("d")
+		src := `unnest(` + q.arg(b.delIdx) + `::integer[], ` + q.arg(b.delIDs) + `::uuid[]) AS d(i, id)` + from
+		if retention {
+			q.WriteString(`delivered` + suffix + ` AS (
+    UPDATE ` + table + ` m SET published_at = now()
+    FROM ` + src + `
+    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
+), `)
+		} else {
+			q.WriteString(`delivered` + suffix + ` AS (
+    DELETE FROM ` + table + ` m
+    USING ` + src + `
+    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
+), `)
+		}
+	}
+	if len(b.retryIDs) > 0 {
+		from, where := join("r")
+		q.WriteString(`retried` + suffix + ` AS (
+    UPDATE ` + table + ` m SET attempts = r.attempts, next_attempt_at = r.next_at, last_error = r.err
+    FROM unnest(` + q.arg(b.retryIdx) + `::integer[], ` + q.arg(b.retryIDs) + `::uuid[], ` + q.arg(b.retryAtt) + `::integer[], ` +
+			q.arg(b.retryAt) + `::timestamptz[], ` + q.arg(b.retryErr) + `::text[]) AS r(i, id, attempts, next_at, err)` + from + `
+    WHERE m.id = r.id AND m.published_at IS NULL` + where + `
+), `)
+	}
+	if len(b.deadIDs) == 0 {
+		return false
+	}
+	from, where := join("d")
+	q.WriteString(`dead` + suffix + ` AS (
+    DELETE FROM ` + table + ` m
+    USING unnest(` + q.arg(b.deadIdx) + `::integer[], ` + q.arg(b.deadIDs) + `::uuid[], ` + q.arg(b.deadAtt) + `::integer[], ` +
+		q.arg(b.deadErr) + `::text[]) AS d(i, id, attempts, err)` + from + `
+    WHERE m.id = d.id AND m.published_at IS NULL` + where + `
+    RETURNING m.id, m.seq, m.partition, m.topic, m.key, m.payload, m.headers, m.created_at, d.attempts, d.err
+), `)
+	return true
 }

@@ -19,6 +19,13 @@ import (
 
 // scanRecord reads the columns of recordColumns.
 func scanRecord(row pgx.CollectableRow) (outbox.Record, error) {
+	r, _, err := scanRecordWith(row)
+	return r, err
+}
+
+// scanRecordWith reads the columns of recordColumns, then those following
+// into extra, and returns the record's ID as bytes too.
+func scanRecordWith(row pgx.CollectableRow, extra ...any) (outbox.Record, [16]byte, error) {
 	var (
 		r       outbox.Record
 		id      [16]byte
@@ -26,13 +33,13 @@ func scanRecord(row pgx.CollectableRow) (outbox.Record, error) {
 		next    pgtype.Timestamptz
 		lastErr *string
 	)
-	err := row.Scan(&id, &r.Partition, &r.Seq, &r.Topic, &r.Key, &r.Payload, &headers, &r.CreatedAt, &r.Attempts, &next, &lastErr)
+	err := row.Scan(append([]any{&id, &r.Partition, &r.Seq, &r.Topic, &r.Key, &r.Payload, &headers, &r.CreatedAt, &r.Attempts, &next, &lastErr}, extra...)...)
 	if err != nil {
-		return r, err
+		return r, id, err
 	}
 	r.ID = uuid.Format(id)
 	setNullable(&r, headers, next, lastErr)
-	return r, nil
+	return r, id, nil
 }
 
 // setNullable sets the fields of r (its ID set) that come from nullable
@@ -87,11 +94,12 @@ func (s *Store) Fetch(ctx context.Context, cursors []outbox.Cursor, limit int) (
 		return nil, err
 	}
 	parts, afters := cursorArrays(cursors)
-	rows, err := s.pool.Query(ctx, s.q.fetch, s.planArgs(parts, afters, limit)...)
+	rq, ring := s.recordQueries()
+	rows, err := s.pool.Query(ctx, rq.fetch, s.planArgs(parts, afters, limit)...)
 	if err != nil {
 		return nil, s.wrap("fetch", err)
 	}
-	recs, err := pgx.CollectRows(rows, scanRecord)
+	recs, err := s.scanRecords(rows, ring)
 	if err != nil {
 		return nil, s.wrap("fetch", err)
 	}
@@ -175,6 +183,9 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 	if err := s.check("settle"); err != nil {
 		return err
 	}
+	if err := s.fillRings(ctx, s.pool, &b); err != nil {
+		return s.wrap("settle: find the ring of the messages", err)
+	}
 	sql, args := settleSQL(s.n, s.opts.Retention > 0, node, parts, epochs, &b)
 	rows, err := s.pool.Query(ctx, sql, s.planArgs(args...)...)
 	if err != nil {
@@ -184,6 +195,7 @@ func (s *Store) Settle(ctx context.Context, node string, settlements []outbox.Se
 	if err != nil {
 		return s.wrap("settle", err)
 	}
+	s.settled(&b)
 	if len(applied) == len(parts) {
 		return nil
 	}

@@ -371,7 +371,7 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text
 		if args[1].([]string)[0] != "" {
 			resumes = []int64{5, 5, 5}
 		}
-		plan = explain(markedFetchSQL(b.store.n), parts, afters, args[0], outbox.FetchSizeDefault, resumes, args[1])
+		plan = explain(markedFetchSQL(b.store.n, recordColumns), parts, afters, args[0], outbox.FetchSizeDefault, resumes, args[1])
 		t.Logf("marked:\n%s", plan)
 		if strings.HasPrefix(plan, "Sort") || !strings.Contains(plan, "Index Scan using "+idx) || strings.Contains(plan, "Seq Scan") {
 			t.Errorf("FetchMarked sorts all rows or does not read %s in order:\n%s", idx, plan)

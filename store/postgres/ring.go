@@ -237,6 +237,19 @@ CREATE INDEX ` + r.published + ` ON ` + r.temp + ` (published_at) WHERE publishe
 	return b.String()
 }
 
+// ringCreateSQL is the ring layout of a new, empty outbox table, for
+// MigrationSQL (outbox migrate --print-sql with layout=ring): what
+// convertToRing leaves when the table it converts is empty (the new parent
+// under the table's name; the empty table dropped).
+func (s *Store) ringCreateSQL() string {
+	n := cmp.Or(s.opts.RingChildren, RingChildrenDefault)
+	return fmt.Sprintf("\n-- the ring layout (Options.Layout ring): the outbox table LIST-partitioned on ring into %d children,\n", n) +
+		"-- replacing the empty table made above; the relay rotates writers through them and truncates the drained ones\n" +
+		s.ringParentSQL(n) +
+		"DROP TABLE " + s.n.messages + ";\n" +
+		"ALTER TABLE " + s.rn.temp + " RENAME TO " + pgx.Identifier{s.rn.messages}.Sanitize() + ";\n"
+}
+
 // convertToRing turns the plain outbox table into the ring layout, online:
 // writers and relays keep working, waiting at most RingConvertLockTimeout
 // at a time (a try that times out is repeated until ctx ends). It reports
@@ -560,20 +573,45 @@ func (s *Store) truncateDrained(ctx context.Context, k int) (bool, error) {
 	return truncated, nil
 }
 
+// LayoutNew is the layout Migrate gives a new outbox (one whose tables it
+// creates) when Options.Layout is empty. An existing outbox keeps its
+// layout: Migrate converts a table only when Options.Layout asks. It is
+// plain: free, the ring costs PostgreSQL about 1.1× the plain table's CPU
+// per message (every relay statement planned at each call, the keeper's
+// truncations; README, "Should the ring be the default"), which is what
+// every outbox would pay for a gain only some need.
+const LayoutNew = LayoutPlain
+
+// wantLayout is the layout Migrate makes: Options.Layout, or for a new
+// outbox (created) LayoutNew when it is empty; with capture WAL none.
+func (s *Store) wantLayout(created bool) Layout {
+	if s.opts.Capture == CaptureWAL {
+		return ""
+	}
+	if s.opts.Layout == "" && created {
+		return LayoutNew
+	}
+	return s.opts.Layout
+}
+
 // migrateLayout applies Options.Layout after the migrations: it converts
 // the table to the ring when asked, and reports the layout.
-func (s *Store) migrateLayout(ctx context.Context, conn *pgx.Conn) (Layout, bool, error) {
+//
+// created says the migrations just created the tables (a new outbox): an
+// empty Options.Layout then means LayoutNew.
+func (s *Store) migrateLayout(ctx context.Context, conn *pgx.Conn, created bool) (Layout, bool, error) {
 	ring, err := s.isRing(ctx, conn)
 	if err != nil {
 		return "", false, fmt.Errorf("look at the outbox table's layout: %w", err)
 	}
+	want := s.wantLayout(created)
 	switch {
-	case ring && s.opts.Layout == LayoutPlain:
+	case ring && want == LayoutPlain:
 		return LayoutRing, false, fmt.Errorf("Options.Layout is %q but the outbox table %s has the %q layout; Migrate does not convert it back: leave Layout empty (or %q)",
 			LayoutPlain, s.n.messages, LayoutRing, LayoutRing)
 	case ring:
 		return LayoutRing, false, nil
-	case s.opts.Layout != LayoutRing:
+	case want != LayoutRing:
 		return LayoutPlain, false, nil
 	}
 	converted, err := s.convertToRing(ctx, conn)
@@ -581,6 +619,36 @@ func (s *Store) migrateLayout(ctx context.Context, conn *pgx.Conn) (Layout, bool
 		return LayoutPlain, false, err
 	}
 	return LayoutRing, converted, nil
+}
+
+// PendingLayout says what Migrate would do to the outbox table's layout
+// (outbox migrate --dry-run): "" for nothing, else a line naming the
+// change. It fails as Migrate would when Options.Layout asks for the plain
+// layout of a ring.
+func (s *Store) PendingLayout(ctx context.Context) (string, error) {
+	if err := s.check("migrate"); err != nil {
+		return "", err
+	}
+	if s.opts.Capture == CaptureWAL {
+		return "", nil
+	}
+	var exists, ring bool
+	err := s.pool.QueryRow(ctx, `SELECT c.oid IS NOT NULL, coalesce(c.relkind = 'p', false) FROM (SELECT to_regclass($1) AS oid) r LEFT JOIN pg_class c ON c.oid = r.oid`,
+		s.n.messages).Scan(&exists, &ring)
+	if err != nil {
+		return "", fmt.Errorf("postgres: look at the outbox table's layout: %w", err)
+	}
+	n := cmp.Or(s.opts.RingChildren, RingChildrenDefault)
+	want := s.wantLayout(!exists)
+	switch {
+	case ring && want == LayoutPlain:
+		return "", fmt.Errorf("postgres: Options.Layout is %q but the outbox table %s has the %q layout; Migrate does not convert it back", LayoutPlain, s.n.messages, LayoutRing)
+	case ring || want != LayoutRing:
+		return "", nil
+	case !exists:
+		return fmt.Sprintf("ring layout: the outbox table created as a ring of %d children", n), nil
+	}
+	return fmt.Sprintf("ring layout: the outbox table %s converted online into a ring of %d children (the former table attached as the child %s)", s.n.messages, n, s.rn.legacyName), nil
 }
 
 // planArgs returns the arguments of a relay statement on the outbox table.
@@ -595,3 +663,43 @@ func (s *Store) planArgs(args ...any) []any {
 	}
 	return append([]any{pgx.QueryExecModeCacheDescribe}, args...)
 }
+
+// sendBatch runs b in tx: as one batch (one round trip, prepared
+// statements), or on the ring layout statement by statement, unnamed
+// (planArgs), each planned for the children as they are now. A batch
+// cannot run some statements unnamed, and a prepared statement without
+// parameters always runs its cached generic plan: Backlog's heads (ORDER
+// BY seq LIMIT 1 per partition), planned while the writers' child was
+// empty, read it in full once it held thousands of rows.
+func (s *Store) sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if !s.ringLayout.Load() {
+		return tx.SendBatch(ctx, b).Close()
+	}
+	for _, qq := range b.QueuedQueries {
+		r := &unnamedResult{ctx: ctx, tx: tx, sql: qq.SQL, args: s.planArgs(qq.Arguments...)}
+		var err error
+		if qq.Fn != nil {
+			err = qq.Fn(r)
+		} else {
+			_, err = r.Exec()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unnamedResult is the pgx.BatchResults of one statement of sendBatch.
+type unnamedResult struct {
+	ctx  context.Context
+	tx   pgx.Tx
+	sql  string
+	args []any
+}
+
+func (r *unnamedResult) Exec() (pgconn.CommandTag, error) { return r.tx.Exec(r.ctx, r.sql, r.args...) }
+func (r *unnamedResult) Query() (pgx.Rows, error)         { return r.tx.Query(r.ctx, r.sql, r.args...) }
+func (r *unnamedResult) QueryRow() pgx.Row                { return r.tx.QueryRow(r.ctx, r.sql, r.args...) }
+func (r *unnamedResult) Close() error                     { return nil }
+func (r *unnamedResult) Tx() pgx.Tx                       { return nil }

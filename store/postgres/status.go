@@ -21,6 +21,9 @@ func (s *Store) Status(ctx context.Context) (*outbox.Status, error) {
 	if err := s.check("status"); err != nil {
 		return nil, err
 	}
+	if _, err := s.isRing(ctx, s.pool); err != nil { // see sendBatch
+		return nil, s.wrap("status", err)
+	}
 	st := &outbox.Status{Topics: []outbox.TopicCount{}, Partitions: []outbox.PartitionStatus{}, Relays: []outbox.RelayStatus{}}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
@@ -79,7 +82,7 @@ ORDER BY r.node`).Query(func(rows pgx.Rows) error {
 			})
 			return err
 		})
-		return tx.SendBatch(ctx, b).Close()
+		return s.sendBatch(ctx, tx, b)
 	})
 	if err != nil {
 		return nil, s.wrap("status", err)

@@ -44,6 +44,7 @@ type Store struct {
 	rn         ringNames    // see ring.go
 	ring       ringKeeper
 	ringLayout atomic.Bool // the table is a ring: see planArgs
+	hints      ringHints   // the ring of returned records: see ringsettle.go
 
 	closeCtx context.Context // cancelled by Close: ends subscriptions
 	cancel   context.CancelFunc

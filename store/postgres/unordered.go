@@ -49,10 +49,11 @@ func (s *Store) ClaimUnordered(ctx context.Context, limit int, skip []string) (o
 	}
 	now := time.Now()
 	bound := uuidAt(now.Add(-claimRecent))
-	recs, err := s.claimRange(ctx, tx, s.q.claimNew, limit, skip, bound, true)
+	rq, _ := s.recordQueries()
+	recs, err := s.claimRange(ctx, tx, rq.claimNew, limit, skip, bound, true)
 	if err == nil && len(recs) < limit && s.claims.olderDue(now, len(recs) == 0) {
 		var older []outbox.Record
-		older, err = s.claimRange(ctx, tx, s.q.claimOld, limit-len(recs), skip, bound, false)
+		older, err = s.claimRange(ctx, tx, rq.claimOld, limit-len(recs), skip, bound, false)
 		if len(older) == limit-len(recs) {
 			s.claims.olderFull() // a backlog: look there again next time
 		}
@@ -105,6 +106,7 @@ func uuidAt(t time.Time) pgtype.UUID {
 // or claimOld, split at bound) in tx; plan first sets the claim's plan
 // for the transaction (the first call in it).
 func (s *Store) claimRange(ctx context.Context, tx pgx.Tx, query string, limit int, skip []string, bound pgtype.UUID, plan bool) ([]outbox.Record, error) {
+	ring := query == s.q.ring.claimNew || query == s.q.ring.claimOld // the ring column follows
 	if s.ringLayout.Load() {
 		// The ring's statements run unnamed (planArgs), which a batch
 		// cannot say per query: two round trips.
@@ -117,7 +119,7 @@ func (s *Store) claimRange(ctx context.Context, tx pgx.Tx, query string, limit i
 		if err != nil {
 			return nil, err
 		}
-		return pgx.CollectRows(rows, scanRecord)
+		return s.scanRecords(rows, ring)
 	}
 	b := &pgx.Batch{}
 	if plan {
@@ -134,7 +136,7 @@ func (s *Store) claimRange(ctx context.Context, tx pgx.Tx, query string, limit i
 	rows, err := br.Query()
 	var recs []outbox.Record
 	if err == nil {
-		recs, err = pgx.CollectRows(rows, scanRecord)
+		recs, err = s.scanRecords(rows, ring)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -191,16 +193,23 @@ func (c *claim) Settle(ctx context.Context, st outbox.Settlement) error {
 		_ = c.end(ctx)
 		return err
 	}
-	sql, args := settleSQL(c.s.n, c.s.opts.Retention > 0, "", nil, nil, &b)
-	if _, err := c.tx.Exec(ctx, sql, c.s.planArgs(args...)...); err != nil {
+	if err := c.s.fillRings(ctx, c.tx, &b); err != nil {
 		_ = c.end(context.WithoutCancel(ctx))
-		return c.s.wrap("claim settle", err)
+		return c.s.wrap("claim settle: find the ring of the messages", err)
+	}
+	if !b.empty() {
+		sql, args := settleSQL(c.s.n, c.s.opts.Retention > 0, "", nil, nil, &b)
+		if _, err := c.tx.Exec(ctx, sql, c.s.planArgs(args...)...); err != nil {
+			_ = c.end(context.WithoutCancel(ctx))
+			return c.s.wrap("claim settle", err)
+		}
 	}
 	tx := c.tx
 	c.tx = nil
 	if err := tx.Commit(ctx); err != nil {
 		return c.s.wrap("claim settle: commit", err)
 	}
+	c.s.settled(&b)
 	return nil
 }
 
