@@ -36,7 +36,7 @@ SELECT gen_random_uuid(), i % $1, 'plan', '\x00'::bytea, now(), (1000 + i)::text
 		if resumed {
 			resumes, seens = []int64{5, 5, 5}, snaps
 		}
-		plan := b.explainGeneric(t, markedFetchSQL(b.store.n), parts, afters, snaps, outbox.FetchSizeDefault, resumes, seens)
+		plan := b.explainGeneric(t, markedFetchSQL(b.store.n, recordColumns), parts, afters, snaps, outbox.FetchSizeDefault, resumes, seens)
 		txidIdx := b.opts.TablePrefix + "_messages_txid_idx"
 		lines := strings.Split(plan, "\n")
 		scans := 0
