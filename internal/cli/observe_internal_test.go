@@ -52,7 +52,7 @@ func TestBacklogRefreshOncePerRebalance(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	waitReads(1) // the monitor's first refresh
+	waitReads(1)        // the monitor's first refresh
 	for i := range 10 { // a round every 20 ms, like eager lease rounds
 		hook(outbox.Event{Kind: outbox.EventLeases, Count: i + 1})
 		time.Sleep(20 * time.Millisecond)
