@@ -27,9 +27,10 @@ type Stats struct {
 	BlockedDestinations int
 }
 
-// Relay drains an outbox ([Store] or [StreamStore]) to a [Publisher]: at least once, in commit
-// order per key (with [OrderingKey]), with Workers batches in flight, and
-// with retries, backoff and dead letters for messages that keep failing.
+// Relay drains an outbox ([Store] or [StreamStore]) to a [Publisher]: at
+// least once, in commit order per key (with [OrderingKey]), with Workers
+// batches in flight, and with retries, backoff and dead letters for
+// messages that keep failing.
 //
 // Create it with [NewRelay], then Start and Stop it, or Run it. Its methods
 // are safe for concurrent use.
