@@ -240,6 +240,7 @@ func (c *poller) refill(ctx context.Context) {
 	all := c.r.fetchAll[c.index].Swap(false)
 	polled, wanted, notified := poll, false, false
 	var cursors []Cursor
+	states := map[int]*cursorState{}
 	for _, p := range c.order {
 		cs := c.parts[p]
 		if c.r.dirty[p].Swap(false) || all {
@@ -265,6 +266,7 @@ func (c *poller) refill(ctx context.Context) {
 		}
 		wanted = wanted || !cs.caughtUp
 		cursors = append(cursors, Cursor{Lease: cs.lease, After: cs.cursor, Mark: cs.mark})
+		states[p] = cs
 	}
 	if poll {
 		// Polled, even if every partition was full or shed. Polls fall on
@@ -291,7 +293,7 @@ func (c *poller) refill(ctx context.Context) {
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
 		defer cancel()
-		res := fetchResult{cursors: cursors, limit: limit, start: now}
+		res := fetchResult{cursors: cursors, states: states, limit: limit, start: now}
 		out := c.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit}, gather)
 		res.recs, res.mark, res.err = out.recs, out.mark, out.err
 		c.events <- res
@@ -300,11 +302,16 @@ func (c *poller) refill(ctx context.Context) {
 
 type fetchResult struct {
 	cursors []Cursor
-	limit   int
-	start   time.Time
-	recs    []Record
-	mark    string
-	err     error
+	// states are the cursor states the fetch read for, by partition: a
+	// partition closed and opened again meanwhile has a new one, even
+	// under the same epoch (a stream's partitions handed back while cut
+	// off from the broker, then owned again under the same hold).
+	states map[int]*cursorState
+	limit  int
+	start  time.Time
+	recs   []Record
+	mark   string
+	err    error
 }
 
 // fetched applies a fetch: new records go to the back of their
@@ -319,14 +326,14 @@ func (c *poller) fetched(res fetchResult) {
 	}
 	c.ok()
 	c.r.emit(Event{Kind: EventFetched, Count: len(res.recs), Duration: time.Since(res.start)})
-	epochs := make(map[int]int64, len(res.cursors))
-	for _, cur := range res.cursors {
-		epochs[cur.Partition] = cur.Epoch
-	}
 	current := func(p int) *cursorState {
 		cs := c.parts[p]
-		if cs == nil || cs.lease.Epoch != epochs[p] {
-			return nil // dropped, or taken again since: start afresh
+		if cs == nil || cs != res.states[p] {
+			// Dropped, or opened again since (a new epoch, or the same
+			// one after a hand-back): the new cursor starts afresh. Its
+			// records would skip what the old one had read and not
+			// published, which no fetch from past them reads again.
+			return nil
 		}
 		return cs
 	}
