@@ -28,31 +28,12 @@ func newCoordinator(r *Relay) *coordinator {
 	return &coordinator{r: r, leases: map[int]*heldLease{}}
 }
 
-// run coordinates until ctx ends. workCtx ending means shutdown has begun:
-// stop taking new partitions.
+// run coordinates until ctx ends, one round every HeartbeatInterval (or
+// sooner: after a failure, while cut off, while eager to take partitions,
+// or when the stream's Hold says its answer changed), applying the
+// workers' reports between rounds. workCtx ending means shutdown has
+// begun: stop taking new partitions.
 func (c *coordinator) run(ctx, workCtx context.Context, broadcast func()) {
-	if c.r.caps.stream != nil {
-		c.coordinateStream(ctx, workCtx, broadcast)
-	} else {
-		c.coordinate(ctx, workCtx, broadcast)
-	}
-}
-
-// heldLease is a partition lease the relay holds.
-type heldLease struct {
-	Lease
-	validUntil time.Time // local monotonic time after which no publish may start
-	// shed: surplus being handed back to another relay. The lease is
-	// renewed, but its worker starts nothing new for it; once nothing is in
-	// flight or waiting to be settled, the coordinator releases it. (Released
-	// at once, a publish in flight would be published again by the next
-	// owner, and its settlement lost.)
-	shed bool
-}
-
-// coordinate heartbeats, renews and balances leases until ctx ends.
-// workCtx ending means shutdown has begun: stop taking new leases.
-func (c *coordinator) coordinate(ctx, workCtx context.Context, broadcast func()) {
 	r := c.r
 	retry := r.newRetrier()
 	var cut cutOff
@@ -62,18 +43,25 @@ func (c *coordinator) coordinate(ctx, workCtx context.Context, broadcast func())
 		if cut.check(ctx, r) {
 			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
 		}
-		if err := c.leaseRound(ctx, workCtx.Err() != nil, cut.on); err != nil {
+		var changed <-chan struct{} // a stream's Hold: its answer changed
+		var err error
+		if r.caps.stream != nil {
+			changed, err = c.streamRound(ctx, workCtx.Err() != nil, cut.on)
+		} else {
+			err = c.leaseRound(ctx, workCtx.Err() != nil, cut.on)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			d := retry.failed()
 			r.emit(Event{Kind: EventStoreError, Err: err})
-			r.log.Warn("lease round failed", "err", err, "failures", retry.failures, "retry_in", d)
+			r.log.Warn("coordinator round failed", "err", err, "failures", retry.failures, "retry_in", d)
 			wait = min(wait, d)
 		} else {
 			retry.ok()
 			broadcast()
-			if eager.next(c.round) {
+			if r.caps.stream == nil && eager.next(c.round) {
 				wait = min(wait, eagerRoundInterval)
 			}
 		}
@@ -88,11 +76,26 @@ func (c *coordinator) coordinate(ctx, workCtx context.Context, broadcast func())
 				return
 			case <-t.C:
 				break sleep
+			case <-changed:
+				t.Stop()
+				break sleep
 			case <-r.reports.signal:
 				c.applyReportsOrLog(ctx)
 			}
 		}
 	}
+}
+
+// heldLease is a partition lease the relay holds.
+type heldLease struct {
+	Lease
+	validUntil time.Time // local monotonic time after which no publish may start
+	// shed: surplus being handed back to another relay. The lease is
+	// renewed, but its worker starts nothing new for it; once nothing is in
+	// flight or waiting to be settled, the coordinator releases it. (Released
+	// at once, a publish in flight would be published again by the next
+	// owner, and its settlement lost.)
+	shed bool
 }
 
 // leaseReports carries what workers tell the coordinator about leases:

@@ -14,49 +14,6 @@ import (
 // answer changed (taken over, lost), so that a standby publishes as soon
 // as its store streams.
 
-// coordinateStream holds the stream and hands its partitions to the
-// workers until ctx ends. workCtx ending means shutdown has begun.
-func (c *coordinator) coordinateStream(ctx, workCtx context.Context, broadcast func()) {
-	r := c.r
-	retry := r.newRetrier()
-	var cut cutOff
-	for {
-		wait := r.cfg.HeartbeatInterval
-		if cut.check(ctx, r) {
-			wait = min(wait, r.cfg.LeaseTTL/4) // notice the way back soon
-		}
-		changed, err := c.streamRound(ctx, workCtx.Err() != nil, cut.on)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			d := retry.failed()
-			r.emit(Event{Kind: EventStoreError, Err: err})
-			r.log.Warn("holding the stream failed", "err", err, "failures", retry.failures, "retry_in", d)
-			wait = min(wait, d)
-		} else {
-			retry.ok()
-			broadcast()
-		}
-		t := time.NewTimer(wait)
-	sleep:
-		for {
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-				break sleep
-			case <-changed:
-				t.Stop()
-				break sleep
-			case <-r.reports.signal:
-				c.applyReportsOrLog(ctx)
-			}
-		}
-	}
-}
-
 // streamRound asks for the stream and gives the workers every partition
 // under the hold's epoch, or none. Cut off from the broker, the relay
 // starts nothing new (its partitions are marked shed), and releases the
