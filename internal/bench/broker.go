@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -255,7 +256,7 @@ func openNATS(ctx context.Context, url, name string, o Options) (*Broker, error)
 			if err := js.DeleteStream(ctx, stream); err != nil {
 				return fmt.Errorf("bench: delete stream %s: %w", stream, err)
 			}
-			if st, err = js.CreateStream(ctx, cfg); err != nil {
+			if st, err = recreateStream(ctx, js, cfg); err != nil {
 				return fmt.Errorf("bench: create stream %s: %w", stream, err)
 			}
 			return nil
@@ -302,4 +303,29 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// streamStoreFailed is JetStream's "error creating store for stream"
+// (JSStreamStoreFailedF): nats-server 2.9 answers it to a stream created
+// again at once under the name of one just deleted, while the old one's
+// files are still being removed.
+const streamStoreFailed = 10049
+
+// recreateStream creates the stream cfg just deleted, trying again a few
+// times, 100 ms apart, while the server's store for the old one is not gone.
+func recreateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for attempt := 1; ; attempt++ {
+		st, err := js.CreateStream(ctx, cfg)
+		var apiErr *jetstream.APIError
+		if err == nil || attempt == 10 || !errors.As(err, &apiErr) || apiErr.ErrorCode != streamStoreFailed {
+			return st, err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
