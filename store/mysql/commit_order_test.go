@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,17 +76,35 @@ func (e *orderEnv) update(ctx context.Context, tx *txn) error {
 	return err
 }
 
-// waitLocked waits until tx's connection waits for a row lock.
+// waitLocked waits until tx's connection waits for a row lock. It reads
+// SHOW ENGINE INNODB STATUS, not information_schema.innodb_trx: InnoDB
+// refreshes the innodb_trx cache only when nobody read it in the last
+// 100 ms, so tests polling it in parallel on one server keep reading the
+// rows of their first poll forever (both tests here failed that way).
 func (e *orderEnv) waitLocked(t *testing.T, tx *txn, what string) {
 	t.Helper()
 	relaytest.WaitFor(t, what, time.Minute, func() bool {
-		var n int
-		err := e.store.DB().QueryRowContext(e.ctx, "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", tx.id).Scan(&n)
-		if err != nil {
+		var typ, name, status string
+		if err := e.store.DB().QueryRowContext(e.ctx, "SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {
 			t.Fatal(err)
 		}
-		return n > 0
+		return lockWaiting(status, tx.id)
 	})
+}
+
+// lockWaiting reports whether the TRANSACTIONS section of an InnoDB
+// status names the connection id as waiting for a lock. Each transaction
+// is a block starting "---TRANSACTION"; a waiting one has a line starting
+// "LOCK WAIT" and names its connection "MySQL thread id N," (MariaDB:
+// "MariaDB thread id N,").
+func lockWaiting(status string, id int64) bool {
+	thread := fmt.Sprintf(" thread id %d,", id)
+	for _, block := range strings.Split(status, "---TRANSACTION")[1:] {
+		if strings.Contains(block, thread) && strings.Contains(block, "\nLOCK WAIT") {
+			return true
+		}
+	}
+	return false
 }
 
 // published waits for n messages at the broker and returns their IDs in
