@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outbox"
 )
@@ -135,34 +136,53 @@ func (b *bundle) explainFetchPlan(t *testing.T, setup, sql string, args ...any) 
 }
 
 // TestQueryIndexedSettingsLastOneStatement: the fetch's settings hold for
-// the fetch and end with it; the connection goes back to the pool with
-// its own.
+// the fetch and end with it, whatever the pool's query mode (a pool given
+// to New may use the simple protocol, for PgBouncer, or unnamed
+// statements) and on the ring layout; the connection goes back to the
+// pool with its own settings.
 func TestQueryIndexedSettingsLastOneStatement(t *testing.T) {
 	t.Parallel()
-	for _, ring := range []bool{false, true} {
-		b := setup(t)
-		b.store.ringLayout.Store(ring)
-		for range 3 { // every connection of the pool
-			rows, finish, err := b.store.queryIndexed(b.ctx, "SELECT current_setting('enable_seqscan') || ' ' || current_setting('enable_bitmapscan')")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := finish(); err != nil {
-				t.Fatal(err)
-			}
-			if got != "off off" {
-				t.Errorf("ring %v: in the fetch, enable_seqscan and enable_bitmapscan = %q, want off off", ring, got)
-			}
-			var after string
-			if err := b.store.Pool().QueryRow(b.ctx, "SELECT current_setting('enable_seqscan')").Scan(&after); err != nil {
-				t.Fatal(err)
-			}
-			if after != "on" {
-				t.Errorf("ring %v: after the fetch, enable_seqscan = %q on a connection of the pool, want on", ring, after)
+	b := setup(t)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		cfg, err := pgxpool.ParseConfig(b.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		s, err := New(pool, b.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ring := range []bool{false, true} {
+			s.ringLayout.Store(ring)
+			for range 3 { // both connections of the pool
+				rows, finish, err := s.queryIndexed(b.ctx, "SELECT current_setting('enable_seqscan') || ' ' || current_setting('enable_bitmapscan') || ' ' || $1::text", "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := finish(); err != nil {
+					t.Fatal(err)
+				}
+				if got != "off off x" {
+					t.Errorf("mode %v, ring %v: in the fetch, enable_seqscan, enable_bitmapscan and the parameter = %q, want off off x", mode, ring, got)
+				}
+				var after string
+				if err := pool.QueryRow(b.ctx, "SELECT current_setting('enable_seqscan')").Scan(&after); err != nil {
+					t.Fatal(err)
+				}
+				if after != "on" {
+					t.Errorf("mode %v, ring %v: after the fetch, enable_seqscan = %q on a connection of the pool, want on", mode, ring, after)
+				}
 			}
 		}
 	}
