@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,7 +24,7 @@ import (
 func TestFetchMarkedPlanIsIndexedWhateverTheStatistics(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name           string
+		name          string
 		before, after int // rows when analysed, rows added after
 	}{
 		{"analysed empty", 0, 0},
@@ -185,5 +186,39 @@ func TestQueryIndexedSettingsLastOneStatement(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFetchMarkedReturnsLateRowsOfLaterTransactions: a row below the
+// cursor whose transaction started after the mark (txid >= its xmax), as
+// a plain INSERT that draws its seq before its transaction ID can make,
+// comes back as a late row through the xmax range of the late-row lookup.
+func TestFetchMarkedReturnsLateRowsOfLaterTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Options{Partitions: 1})
+	first := outbox.Message{ID: outbox.NewID(), Topic: "t", Key: "k"}
+	if err := b.write(t, first); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := b.store.AcquireLeases(b.ctx, "n", nil, 1, time.Minute)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("leases %v, %v", leases, err)
+	}
+	recs, mark, err := b.store.FetchMarked(b.ctx, []outbox.Cursor{{Lease: leases[0]}}, 100)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("first fetch = %v, %v", recs, err)
+	}
+	cursor := outbox.Cursor{Lease: leases[0], After: recs[0].Seq, Mark: mark}
+	late := outbox.NewID()
+	if _, err := b.store.Pool().Exec(b.ctx, `INSERT INTO `+b.store.n.messages+` (id, partition, seq, topic, payload, created_at, txid)
+OVERRIDING SYSTEM VALUE VALUES ($1, 0, $2, 't', '\x00'::bytea, now(), pg_current_xact_id())`, late, recs[0].Seq-1); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err = b.store.FetchMarked(b.ctx, []outbox.Cursor{cursor}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].ID != late {
+		t.Fatalf("fetch after a later transaction wrote below the cursor = %v, want its row %s", recs, late)
 	}
 }
