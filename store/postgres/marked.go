@@ -150,42 +150,27 @@ CROSS JOIN LATERAL (
 const indexedPlan = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // queryIndexed runs query with indexedPlan in effect and returns its rows;
-// finish must be called once the rows are closed. Without the ring layout
-// both go in one batch: one round trip, in the implicit transaction of a
-// pipeline, whose end resets the settings. On the ring layout the query
-// runs unnamed (planArgs), which a batch cannot say per query: a
-// transaction of four round trips.
+// finish must be called once the rows are closed. Both go in one batch:
+// one round trip, in the implicit transaction of a pipeline, whose end
+// resets the settings. On the ring layout too, the query then runs from
+// a prepared statement (a batch cannot run one unnamed): its cached plan
+// cannot scan a child sequentially, whatever the child held when it was
+// made, since indexedPlan leaves it index scans alone.
 func (s *Store) queryIndexed(ctx context.Context, query string, args ...any) (pgx.Rows, func() error, error) {
-	if !s.ringLayout.Load() {
-		b := &pgx.Batch{}
-		b.Queue(indexedPlan)
-		b.Queue(query, args...)
-		br := s.pool.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, nil, err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			_ = br.Close()
-			return nil, nil, err
-		}
-		return rows, br.Close, nil
+	b := &pgx.Batch{}
+	b.Queue(indexedPlan)
+	b.Queue(query, args...)
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, nil, err
 	}
-	tx, err := s.pool.Begin(ctx)
+	rows, err := br.Query()
 	if err != nil {
+		_ = br.Close()
 		return nil, nil, err
 	}
-	if _, err := tx.Exec(ctx, indexedPlan); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, nil, err
-	}
-	rows, err := tx.Query(ctx, query, s.planArgs(args...)...)
-	if err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, nil, err
-	}
-	return rows, func() error { return tx.Rollback(ctx) }, nil
+	return rows, br.Close, nil
 }
 
 // markState is what a cursor's Mark says about its partition. A mark is
