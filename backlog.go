@@ -62,6 +62,17 @@ type BacklogReader interface {
 	Backlog(ctx context.Context, limit int) (*Backlog, error)
 }
 
+// LeaseReader is implemented by stores that read the partition leases
+// alone, without measuring the backlog: per live relay node, the
+// unexpired leases it holds, a live node holding none listed with zero
+// (the same figures as [Backlog].Leases, read the same way). Its cost is
+// one row per partition lease and one per relay, whatever the size of the
+// outbox; the backlog monitor (package metrics/backlog) uses it to update
+// its lease gauges soon after partitions move, without a backlog read.
+type LeaseReader interface {
+	Leases(ctx context.Context) (map[string]int, error)
+}
+
 // AddHeads completes a Backlog whose Topics hold a sample with the first
 // message (in write order) of each partition, for [BacklogReader]
 // implementations (heads may be nil when the sample holds every message):

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"maps"
 	"time"
 
 	"github.com/outboxrelay/outbox"
@@ -121,4 +122,70 @@ func testBacklog(s *suite) {
 	if small.DeadLetters != 1 {
 		s.Errorf("Backlog with limit 1: DeadLetters %d, want 1 (counted up to the limit)", small.DeadLetters)
 	}
+}
+
+// testLeaseReader checks outbox.LeaseReader: per live node, the unexpired
+// leases it holds (a live node holding none with zero), the same figures
+// as Backlog's Leases when the store implements BacklogReader too; a node
+// that left is no longer listed.
+func testLeaseReader(s *suite) {
+	s.needLeases()
+	lr, ok := s.src.(outbox.LeaseReader)
+	if !ok {
+		s.Skip("the store does not implement outbox.LeaseReader")
+	}
+	check := func(when string, want map[string]int) {
+		s.Helper()
+		got, err := lr.Leases(s.ctx)
+		if err != nil {
+			s.Fatalf("Leases %s: %v", when, err)
+		}
+		if !maps.Equal(got, want) {
+			s.Errorf("Leases %s = %v, want %v", when, got, want)
+		}
+		br, ok := s.src.(outbox.BacklogReader)
+		if !ok {
+			return
+		}
+		b, err := br.Backlog(s.ctx, 100)
+		if err != nil {
+			s.Fatalf("Backlog %s: %v", when, err)
+		}
+		if !maps.Equal(got, b.Leases) {
+			s.Errorf("Leases %s = %v, but Backlog.Leases = %v", when, got, b.Leases)
+		}
+	}
+	check("with no relay", map[string]int{})
+
+	for _, node := range []string{"node-a", "node-b", "node-c"} {
+		if _, err := s.s.Heartbeat(s.ctx, node, longTTL); err != nil {
+			s.Fatalf("Heartbeat %s: %v", node, err)
+		}
+	}
+	check("with three live relays and no lease", map[string]int{"node-a": 0, "node-b": 0, "node-c": 0})
+
+	held := s.acquire("node-a", nil, s.p)
+	if len(held) != s.p {
+		s.Fatalf("node-a acquired %d leases of %d", len(held), s.p)
+	}
+	check("with node-a holding every lease", map[string]int{"node-a": s.p, "node-b": 0, "node-c": 0})
+
+	kept, released := held[:1], held[1:]
+	if err := s.s.ReleaseLeases(s.ctx, "node-a", released); err != nil {
+		s.Fatalf("ReleaseLeases: %v", err)
+	}
+	taken := s.acquire("node-c", nil, len(released))
+	if len(taken) != len(released) {
+		s.Fatalf("node-c acquired %d of the %d released leases", len(taken), len(released))
+	}
+	check("after node-c took all but one lease", map[string]int{"node-a": 1, "node-b": 0, "node-c": len(taken)})
+
+	if err := s.s.Leave(s.ctx, "node-c", taken); err != nil {
+		s.Fatalf("Leave node-c: %v", err)
+	}
+	check("after node-c left", map[string]int{"node-a": 1, "node-b": 0})
+	if err := s.s.Leave(s.ctx, "node-a", kept); err != nil {
+		s.Fatalf("Leave node-a: %v", err)
+	}
+	check("after node-a left", map[string]int{"node-b": 0})
 }

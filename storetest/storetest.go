@@ -27,6 +27,8 @@
 // when the store implements them: outbox.UnorderedStore (concurrent claims
 // never overlap; released records come back), outbox.BacklogReader (exact
 // figures under the limit, a sample that says so above it),
+// outbox.LeaseReader (the leases of each live node, as Backlog reports
+// them; not on a stream),
 // outbox.AdminStore (status counts; dead letters listed, filtered by
 // topic, ID, key, error text and time, paged, counted, requeued and purged;
 // messages found by ID and key), outbox.PartitionNotifier (fn(nil)
@@ -111,6 +113,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Unordered", testUnordered},
 		{"Status", testStatus},
 		{"Backlog", testBacklog},
+		{"LeaseReader", testLeaseReader},
 		{"DeadLetters", testDeadLetters},
 		{"RequeueInSeqOrder", testRequeueSeqOrder},
 		{"Admin", testAdmin},

@@ -138,11 +138,13 @@ func (o *observability) start(ctx context.Context) error {
 				// Partitions move in several rounds when relays join or
 				// leave: refresh once they have settled (a quiet spell, or
 				// leaseRefreshMax after the first change), not once per
-				// round (a backlog read scans up to --backlog-limit rows).
+				// round. Only the lease gauges changed: a store that reads
+				// its leases alone does not scan up to --backlog-limit
+				// rows again (in every relay, at every rebalance).
 				if !o.quiet(ctx) {
 					return
 				}
-				_ = o.monitor.Refresh(ctx) // a failure is counted and logged by the monitor
+				_ = o.monitor.RefreshLeases(ctx) // a failure is counted and logged by the monitor
 			}
 		}
 	}()

@@ -12,18 +12,25 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-// countingBacklog is a BacklogReader that counts its reads.
-type countingBacklog struct{ reads atomic.Int64 }
+// countingBacklog is a BacklogReader and LeaseReader that counts its
+// reads of each kind.
+type countingBacklog struct{ reads, leaseReads atomic.Int64 }
 
 func (c *countingBacklog) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error) {
 	c.reads.Add(1)
-	return &outbox.Backlog{Exact: true}, nil
+	return &outbox.Backlog{Exact: true, Leases: map[string]int{}}, nil
+}
+
+func (c *countingBacklog) Leases(ctx context.Context) (map[string]int, error) {
+	c.leaseReads.Add(1)
+	return map[string]int{"node-a": int(c.leaseReads.Load())}, nil
 }
 
 // TestBacklogRefreshOncePerRebalance: a burst of lease changes (relays
-// joining: partitions move over several rounds) refreshes the backlog
-// once, not once per change (each refresh scans up to --backlog-limit
-// rows); a later change refreshes again.
+// joining: partitions move over several rounds) refreshes the lease
+// gauges once, not once per change, and from the leases alone: no backlog
+// read (each scans up to --backlog-limit rows, in every relay); a later
+// change refreshes them again.
 func TestBacklogRefreshOncePerRebalance(t *testing.T) {
 	// The rounds of a rebalance come 20 ms apart here: however slow the
 	// machine, they are closer than the quiet spell, and the refresh comes
@@ -42,25 +49,33 @@ func TestBacklogRefreshOncePerRebalance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer o.stop()
-	waitReads := func(n int64) {
+	// waitReads waits for n reads of either kind, then checks how many
+	// were backlog reads and how many lease reads.
+	waitReads := func(backlogs, leases int64) {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
-		for br.reads.Load() < n {
+		for br.reads.Load()+br.leaseReads.Load() < backlogs+leases {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d backlog reads, waited for %d", br.reads.Load(), n)
+				t.Fatalf("%d backlog and %d lease reads, waited for %d and %d", br.reads.Load(), br.leaseReads.Load(), backlogs, leases)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		if b, l := br.reads.Load(), br.leaseReads.Load(); b != backlogs || l != leases {
+			t.Fatalf("%d backlog and %d lease reads; want %d and %d", b, l, backlogs, leases)
+		}
 	}
-	waitReads(1)        // the monitor's first refresh
+	waitReads(1, 0)     // the monitor's first refresh
 	for i := range 10 { // a round every 20 ms, like eager lease rounds
 		hook(outbox.Event{Kind: outbox.EventLeases, Count: i + 1})
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitReads(2)
-	hook(outbox.Event{Kind: outbox.EventLeases, Count: 64})
-	waitReads(3)
-	if n := br.reads.Load(); n != 3 {
-		t.Fatalf("%d backlog reads for the first refresh, 10 lease changes in 200 ms and one more change; want 3", n)
+	waitReads(1, 1) // 10 lease changes in 200 ms: one lease read
+	// which the gauges show (the snapshot follows the read).
+	for deadline := time.Now().Add(time.Minute); o.monitor.Snapshot().Backlog.Leases["node-a"] != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease gauges after the rebalance: %v, want node-a: 1 (the lease read's)", o.monitor.Snapshot().Backlog.Leases)
+		}
 	}
+	hook(outbox.Event{Kind: outbox.EventLeases, Count: 64})
+	waitReads(1, 2)
 }

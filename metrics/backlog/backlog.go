@@ -9,7 +9,10 @@
 //	outboxprom.RegisterBacklog(reg, mon)
 //
 // Each refresh is one [outbox.BacklogReader.Backlog] call, whose cost is
-// bounded by Options.Limit whatever the size of the outbox. Between
+// bounded by Options.Limit whatever the size of the outbox. When only the
+// leases may have changed (a relay's partitions moved), RefreshLeases
+// reads the leases alone from a store that implements
+// [outbox.LeaseReader], without a backlog read. Between
 // refreshes, readers get the last backlog measured: counts are as of
 // that refresh, and ages are computed when read, from the creation times
 // measured, so the age of a stuck message keeps growing even while the
@@ -60,13 +63,18 @@ type Snapshot struct {
 	// Backlog is the last backlog measured; nil before the first
 	// successful refresh.
 	Backlog *outbox.Backlog
-	// At is when Backlog was measured (the end of that refresh).
+	// At is when Backlog's counts were measured: the end of the last
+	// successful Refresh (RefreshLeases leaves it).
 	At time.Time
-	// Took is how long that refresh took.
+	// Took is how long that Refresh took.
 	Took time.Duration
-	// Err is the error of the last refresh, nil if it succeeded.
+	// LeasesAt is when Backlog.Leases was read: At, or the end of a later
+	// successful RefreshLeases.
+	LeasesAt time.Time
+	// Err is the error of the last refresh (Refresh or RefreshLeases), nil
+	// if it succeeded.
 	Err error
-	// Failures counts the failed refreshes since New.
+	// Failures counts the failed refreshes (of both kinds) since New.
 	Failures int64
 }
 
@@ -78,6 +86,9 @@ type Monitor struct {
 
 	mu   sync.Mutex
 	snap Snapshot
+	// leasesFrom is when the read of snap.Backlog.Leases started: of two
+	// reads that overlap, the later one's leases are kept.
+	leasesFrom time.Time
 
 	runMu  sync.Mutex
 	cancel context.CancelFunc
@@ -166,11 +177,54 @@ func (m *Monitor) Refresh(ctx context.Context) error {
 	if err != nil {
 		m.snap.Failures++
 	} else {
+		if m.snap.Backlog != nil && m.leasesFrom.After(start) {
+			// A RefreshLeases started after this read and ended before it:
+			// its leases are the newer.
+			c := *b
+			c.Leases = m.snap.Backlog.Leases
+			b = &c
+		} else {
+			m.leasesFrom, m.snap.LeasesAt = start, end
+		}
 		m.snap.Backlog, m.snap.At, m.snap.Took = b, end, end.Sub(start)
 	}
 	m.mu.Unlock()
 	if err == nil && m.opts.OnRefresh != nil {
 		m.opts.OnRefresh(b)
+	}
+	return err
+}
+
+// RefreshLeases updates the leases of the last backlog measured (bounded
+// by Options.Timeout), for when partitions moved between relays: when the
+// reader implements [outbox.LeaseReader], it reads the leases alone and
+// publishes a copy of the last Backlog with its Leases replaced; the
+// counts, At and Took stay those of the last Refresh, LeasesAt becomes
+// now, and OnRefresh is not called (the topics did not change). Before
+// the first successful refresh, or when the reader cannot read the leases
+// alone, it is Refresh. It returns the error, if any, which the snapshot
+// keeps as well. Safe to call concurrently with Refresh: of two reads
+// that overlap, the leases of the one that started later are kept.
+func (m *Monitor) RefreshLeases(ctx context.Context) error {
+	lr, ok := m.r.(outbox.LeaseReader)
+	if !ok || m.Snapshot().Backlog == nil {
+		return m.Refresh(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+	defer cancel()
+	start := time.Now()
+	leases, err := lr.Leases(ctx)
+	end := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap.Err = err
+	switch {
+	case err != nil:
+		m.snap.Failures++
+	case !m.leasesFrom.After(start):
+		b := *m.snap.Backlog // readers may hold the last one: never modified
+		b.Leases = leases
+		m.snap.Backlog, m.snap.LeasesAt, m.leasesFrom = &b, end, start
 	}
 	return err
 }

@@ -15,7 +15,10 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-var _ outbox.BacklogReader = (*Store)(nil)
+var (
+	_ outbox.BacklogReader = (*Store)(nil)
+	_ outbox.LeaseReader   = (*Store)(nil)
+)
 
 // Backlog measures the backlog for gauges with a bounded number of
 // requests (see [outbox.BacklogReader]): a parallel Scan of the
@@ -38,7 +41,7 @@ func (s *Store) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error)
 	if err != nil {
 		return nil, err
 	}
-	b := &outbox.Backlog{Leases: map[string]int{}}
+	b := &outbox.Backlog{}
 	for _, t := range topics {
 		b.Outstanding += t.Outstanding
 	}
@@ -60,17 +63,40 @@ func (s *Store) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error)
 	if b.DeadLetters, err = s.countIndexUpTo(ctx, s.opts.Indexes.DeadLettered, int64(limit)); err != nil {
 		return nil, err
 	}
+	if b.Leases, err = s.leaseCounts(ctx, p); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Leases reads, per live relay node, the unexpired partition leases it
+// holds, a live node holding none with zero (see [outbox.LeaseReader]): the
+// figures Backlog reports in its Leases, from the lease items and the
+// heartbeat item alone (one BatchGetItem per 100 partitions and one
+// GetItem).
+func (s *Store) Leases(ctx context.Context) (map[string]int, error) {
+	p, err := s.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.leaseCounts(ctx, p)
+}
+
+// leaseCounts returns the leases each node holds, for the p partitions:
+// every live node, and every node holding an unexpired lease.
+func (s *Store) leaseCounts(ctx context.Context, p int) (map[string]int, error) {
 	held, live, _, err := s.leaseOwners(ctx, p)
 	if err != nil {
 		return nil, err
 	}
+	leases := make(map[string]int, len(live)+len(held))
 	for node := range live {
-		b.Leases[node] = held[node]
+		leases[node] = held[node]
 	}
 	for node, n := range held {
-		b.Leases[node] = n
+		leases[node] = n
 	}
-	return b, nil
+	return leases, nil
 }
 
 // sampleOutstanding scans the Outstanding index until it has read limit

@@ -306,21 +306,7 @@ func (s *Store) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error)
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+s.n.deadLetters+` LIMIT ?) w`, limit).Scan(&b.DeadLetters); err != nil {
 			return err
 		}
-		return collect(ctx, tx, func(rows *sql.Rows) error {
-			var (
-				node string
-				n    int
-			)
-			if err := rows.Scan(&node, &n); err != nil {
-				return err
-			}
-			b.Leases[node] = n
-			return nil
-		}, `SELECT node, sum(n) FROM (
-    SELECT owner AS node, count(*) AS n FROM `+s.n.leases+` WHERE owner IS NOT NULL AND expires_at >= UTC_TIMESTAMP(6) GROUP BY owner
-    UNION ALL
-    SELECT node, 0 FROM `+s.n.relays+` WHERE expires_at >= UTC_TIMESTAMP(6)
-) w GROUP BY node`)
+		return s.readLeases(ctx, tx, b.Leases)
 	})
 	if err != nil {
 		return nil, s.wrap("backlog", err)
@@ -331,4 +317,39 @@ func (s *Store) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error)
 	}
 	b.AddHeads(heads)
 	return b, nil
+}
+
+// Leases reads, per live relay node, the unexpired partition leases it
+// holds, a live node holding none with zero (see [outbox.LeaseReader]): the
+// figures Backlog reports in its Leases, from the leases and relays
+// tables alone.
+func (s *Store) Leases(ctx context.Context) (map[string]int, error) {
+	if err := s.check("leases"); err != nil {
+		return nil, err
+	}
+	leases := map[string]int{}
+	if err := s.readTx(ctx, func(tx *sql.Tx) error { return s.readLeases(ctx, tx, leases) }); err != nil {
+		return nil, s.wrap("leases", err)
+	}
+	return leases, nil
+}
+
+// readLeases adds to leases, per node whose heartbeat is live by the
+// server's clock, the leases it holds unexpired (Leases and Backlog).
+func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, leases map[string]int) error {
+	return collect(ctx, tx, func(rows *sql.Rows) error {
+		var (
+			node string
+			n    int
+		)
+		if err := rows.Scan(&node, &n); err != nil {
+			return err
+		}
+		leases[node] = n
+		return nil
+	}, `SELECT node, sum(n) FROM (
+    SELECT owner AS node, count(*) AS n FROM `+s.n.leases+` WHERE owner IS NOT NULL AND expires_at >= UTC_TIMESTAMP(6) GROUP BY owner
+    UNION ALL
+    SELECT node, 0 FROM `+s.n.relays+` WHERE expires_at >= UTC_TIMESTAMP(6)
+) w GROUP BY node`)
 }

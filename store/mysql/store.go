@@ -29,6 +29,7 @@ var (
 	_ outbox.Cleaner           = (*Store)(nil)
 	_ outbox.AdminStore        = (*Store)(nil)
 	_ outbox.BacklogReader     = (*Store)(nil)
+	_ outbox.LeaseReader       = (*Store)(nil)
 	_ outbox.MarkedFetcher     = (*Store)(nil)
 )
 
@@ -39,8 +40,8 @@ const MaxOpenConnsDefault = 32
 
 // Store is the relay side of a MySQL or MariaDB outbox, and writes messages
 // with [Store.Write]. It implements outbox.Store, outbox.UnorderedStore,
-// outbox.PartitionNotifier, outbox.Cleaner, outbox.BacklogReader and
-// outbox.AdminStore.
+// outbox.PartitionNotifier, outbox.Cleaner, outbox.BacklogReader,
+// outbox.LeaseReader and outbox.AdminStore.
 //
 // A Store is safe for concurrent use. Every method does one round of work
 // (one statement or one transaction) and never retries; the relay retries.

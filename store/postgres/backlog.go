@@ -10,7 +10,10 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-var _ outbox.BacklogReader = (*Store)(nil)
+var (
+	_ outbox.BacklogReader = (*Store)(nil)
+	_ outbox.LeaseReader   = (*Store)(nil)
+)
 
 // backlogSQL are the statements of Backlog. Their cost does not grow with
 // the outbox beyond limit rows (plans with 1,000,000 outstanding rows, 64
@@ -33,6 +36,12 @@ var _ outbox.BacklogReader = (*Store)(nil)
 // dead letters, at most limit rows:
 //
 //	Aggregate -> Limit -> Seq Scan (or Index Only Scan) on <prefix>_dead_letters
+//
+// leases (shared with Leases), one row per partition lease and per relay:
+//
+//	HashAggregate -> Append
+//	  ->  HashAggregate -> Seq Scan on <prefix>_leases
+//	  ->  Subquery Scan -> Seq Scan on <prefix>_relays
 type backlogSQL struct{ heads, sample, dead, leases string }
 
 func newBacklogSQL(n names) backlogSQL {
@@ -52,14 +61,54 @@ FROM (
 ) g
 ORDER BY topic
 LIMIT $2`,
-		dead: `SELECT count(*) FROM (SELECT 1 FROM ` + n.deadLetters + ` LIMIT $1) d`,
-		leases: `SELECT node, sum(n)::integer FROM (
+		dead:   `SELECT count(*) FROM (SELECT 1 FROM ` + n.deadLetters + ` LIMIT $1) d`,
+		leases: leasesSQL(n),
+	}
+}
+
+// leasesSQL is the statement of Leases, and Backlog's leases: per live
+// node, the unexpired leases it holds.
+func leasesSQL(n names) string {
+	return `SELECT node, sum(n)::integer FROM (
     SELECT owner AS node, count(*) AS n FROM ` + n.leases + ` WHERE owner IS NOT NULL AND expires_at > now() GROUP BY owner
     UNION ALL
     SELECT node, 0 FROM ` + n.relays + ` WHERE expires_at >= now()
 ) x
-GROUP BY node`,
+GROUP BY node`
+}
+
+// scanLeases reads the rows of leasesSQL into leases.
+func scanLeases(rows pgx.Rows, leases map[string]int) error {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			node string
+			n    int
+		)
+		if err := rows.Scan(&node, &n); err != nil {
+			return err
+		}
+		leases[node] = n
 	}
+	return rows.Err()
+}
+
+// Leases reads, per live relay node, the unexpired partition leases it
+// holds, a live node holding none with zero (see [outbox.LeaseReader]): one
+// statement on the leases and relays tables, the figures Backlog reports
+// in its Leases, without reading the outbox.
+func (s *Store) Leases(ctx context.Context) (map[string]int, error) {
+	if err := s.check("leases"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, leasesSQL(s.n))
+	if err == nil {
+		leases := map[string]int{}
+		if err = scanLeases(rows, leases); err == nil {
+			return leases, nil
+		}
+	}
+	return nil, s.wrap("leases", err)
 }
 
 // Backlog measures the backlog for gauges, reading at most limit
@@ -117,17 +166,7 @@ func (s *Store) Backlog(ctx context.Context, limit int) (*outbox.Backlog, error)
 			return row.Scan(&b.DeadLetters)
 		})
 		batch.Queue(q.leases).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var (
-					node string
-					n    int
-				)
-				if err := rows.Scan(&node, &n); err != nil {
-					return err
-				}
-				b.Leases[node] = n
-			}
-			return rows.Err()
+			return scanLeases(rows, b.Leases)
 		})
 		return s.sendBatch(ctx, tx, batch)
 	})

@@ -28,7 +28,7 @@ FROM generate_series(1, $1) AS i`, n); err != nil {
 
 // TestBacklogPlans checks that Backlog reads the head of each partition
 // through the pending index and stops its scans at the limit, so that its
-// cost does not grow with the outbox.
+// cost does not grow with the outbox, and that Leases reads no outbox row.
 func TestBacklogPlans(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -56,6 +56,11 @@ func TestBacklogPlans(t *testing.T) {
 	t.Logf("dead:\n%s", plan)
 	if !strings.Contains(plan, "Limit") {
 		t.Errorf("dead does not stop at the limit:\n%s", plan)
+	}
+	plan = b.explain(t, leasesSQL(b.store.n))
+	t.Logf("leases:\n%s", plan)
+	if strings.Contains(plan, b.opts.TablePrefix+"_messages") || !strings.Contains(plan, b.opts.TablePrefix+"_leases") {
+		t.Errorf("leases (Leases, and Backlog's leases) reads more than the leases and relays tables:\n%s", plan)
 	}
 
 	got, err := b.store.Backlog(b.ctx, 1000)

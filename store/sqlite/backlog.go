@@ -8,7 +8,10 @@ import (
 	"github.com/outboxrelay/outbox"
 )
 
-var _ outbox.BacklogReader = (*Store)(nil)
+var (
+	_ outbox.BacklogReader = (*Store)(nil)
+	_ outbox.LeaseReader   = (*Store)(nil)
+)
 
 // Backlog measures the backlog for gauges in one read transaction, reading
 // at most limit outstanding messages and limit dead letters (see
@@ -63,21 +66,7 @@ SELECT m.topic, m.created_at FROM p JOIN `+s.n.messages+` m ON m.seq = (
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+s.n.deadLetters+` LIMIT ?)`, limit).Scan(&b.DeadLetters); err != nil {
 			return err
 		}
-		return collect(ctx, tx, func(rows *sql.Rows) error {
-			var (
-				node string
-				n    int
-			)
-			if err := rows.Scan(&node, &n); err != nil {
-				return err
-			}
-			b.Leases[node] = n
-			return nil
-		}, `SELECT node, sum(n) FROM (
-    SELECT owner AS node, count(*) AS n FROM `+s.n.leases+` WHERE owner IS NOT NULL AND expires_at >= ?1 GROUP BY owner
-    UNION ALL
-    SELECT node, 0 FROM `+s.n.relays+` WHERE expires_at >= ?1
-) GROUP BY node`, now)
+		return s.readLeases(ctx, tx, now, b.Leases)
 	})
 	if err != nil {
 		return nil, s.wrap("backlog", err)
@@ -88,6 +77,42 @@ SELECT m.topic, m.created_at FROM p JOIN `+s.n.messages+` m ON m.seq = (
 	}
 	b.AddHeads(heads)
 	return b, nil
+}
+
+// Leases reads, per live relay node, the unexpired partition leases it
+// holds, a live node holding none with zero (see [outbox.LeaseReader]): the
+// figures Backlog reports in its Leases, from the leases and relays
+// tables alone.
+func (s *Store) Leases(ctx context.Context) (map[string]int, error) {
+	if err := s.check("leases"); err != nil {
+		return nil, err
+	}
+	leases := map[string]int{}
+	now := nanos(s.now())
+	if err := s.readTx(ctx, func(tx *sql.Tx) error { return s.readLeases(ctx, tx, now, leases) }); err != nil {
+		return nil, s.wrap("leases", err)
+	}
+	return leases, nil
+}
+
+// readLeases adds to leases, per node whose heartbeat is live at now, the
+// leases it holds unexpired at now (Leases and Backlog).
+func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, now int64, leases map[string]int) error {
+	return collect(ctx, tx, func(rows *sql.Rows) error {
+		var (
+			node string
+			n    int
+		)
+		if err := rows.Scan(&node, &n); err != nil {
+			return err
+		}
+		leases[node] = n
+		return nil
+	}, `SELECT node, sum(n) FROM (
+    SELECT owner AS node, count(*) AS n FROM `+s.n.leases+` WHERE owner IS NOT NULL AND expires_at >= ?1 GROUP BY owner
+    UNION ALL
+    SELECT node, 0 FROM `+s.n.relays+` WHERE expires_at >= ?1
+) GROUP BY node`, now)
 }
 
 // collect runs query and calls scan for each row.
