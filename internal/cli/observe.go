@@ -144,7 +144,7 @@ func (o *observability) start(ctx context.Context) error {
 				if !o.quiet(ctx) {
 					return
 				}
-				_ = o.monitor.RefreshLeases(ctx) // a failure is counted and logged by the monitor
+				_ = o.monitor.RefreshLeases(ctx) // a failure is counted in the snapshot (the refresh errors counter of /metrics); the next periodic refresh logs one that persists
 			}
 		}
 	}()
