@@ -163,7 +163,7 @@ func TestQueryIndexedSettingsLastOneStatement(t *testing.T) {
 		for _, ring := range []bool{false, true} {
 			s.ringLayout.Store(ring)
 			for range 3 { // both connections of the pool
-				rows, finish, err := s.queryIndexed(b.ctx, "SELECT current_setting('enable_seqscan') || ' ' || current_setting('enable_bitmapscan') || ' ' || $1::text", "x")
+				rows, finish, err := s.queryIndexed(b.ctx, "SELECT current_setting('enable_seqscan') || ' ' || current_setting('enable_bitmapscan') || ' ' || current_setting('plan_cache_mode') || ' ' || $1::text", "x")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -174,8 +174,8 @@ func TestQueryIndexedSettingsLastOneStatement(t *testing.T) {
 				if err := finish(); err != nil {
 					t.Fatal(err)
 				}
-				if got != "off off x" {
-					t.Errorf("mode %v, ring %v: in the fetch, enable_seqscan, enable_bitmapscan and the parameter = %q, want off off x", mode, ring, got)
+				if got != "off off force_generic_plan x" {
+					t.Errorf("mode %v, ring %v: in the fetch, enable_seqscan, enable_bitmapscan, plan_cache_mode and the parameter = %q, want off off force_generic_plan x", mode, ring, got)
 				}
 				var after string
 				if err := pool.QueryRow(b.ctx, "SELECT current_setting('enable_seqscan')").Scan(&after); err != nil {
