@@ -55,6 +55,11 @@ type partQueue struct {
 	// others.
 	kept   map[string]string
 	parked map[string][]string
+	// upTo, when positive, is the last Seq take may hand out: a stopping
+	// relay draining a stream to its stop barrier publishes nothing past
+	// it (a record settled past the barrier moves it, and the other
+	// workers, done already, would leave what it moved to unsettled).
+	upTo int64
 }
 
 func newPartQueue(keyOf func(*Record) string) partQueue {
@@ -212,10 +217,15 @@ func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 		pq.waiting = kept
 	}
 	var out []*Record
+	var past []*keyQueue // ready, but their heads are past upTo
 	taken := 0
 	for taken < len(pq.ready) && len(out) < max {
 		q := pq.ready[taken]
 		taken++
+		if pq.upTo > 0 && q.recs[0].Seq > pq.upTo {
+			past = append(past, q)
+			continue
+		}
 		if pq.held(q, now, true) {
 			if pq.keeps(q) {
 				pq.suspend(q)
@@ -229,7 +239,7 @@ func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 			head := q.recs[0]
 			for n < perKey && n < len(q.recs) && len(out)+n < max {
 				r := q.recs[n]
-				if r.Topic != head.Topic || r.NextAttemptAt.After(now) || r.DecodeError != "" || head.DecodeError != "" {
+				if r.Topic != head.Topic || r.NextAttemptAt.After(now) || r.DecodeError != "" || head.DecodeError != "" || pq.upTo > 0 && r.Seq > pq.upTo {
 					break
 				}
 				n++
@@ -246,6 +256,9 @@ func (pq *partQueue) take(max, perKey int, now time.Time) []*Record {
 	}
 	clear(pq.ready[:taken])
 	pq.ready = pq.ready[taken:]
+	if len(past) > 0 {
+		pq.ready = append(past, pq.ready...)
+	}
 	return out
 }
 

@@ -214,6 +214,9 @@ const drainPoll = 5 * time.Millisecond
 func (w *worker) extendDrain(upTo int64) {
 	w.drainTo = upTo
 	w.capture.drainTo = upTo
+	for _, ln := range w.pipe.lanes {
+		ln.q.upTo = upTo // records queued before the stop past it stay unpublished
+	}
 	for _, cs := range w.capture.parts {
 		cs.caughtUp = false
 	}
