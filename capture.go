@@ -30,6 +30,13 @@ type poller struct {
 
 	parts map[int]*cursorState
 	order []int // partitions, in order
+	// quiet: the last refill found every partition caught up, and nothing
+	// that can change that (a fetch's result, a rewind, a partition taken
+	// or dropped, a drain) happened since: until a notification, a poll or
+	// such a change, refill has nothing to look at. At a steady load the
+	// loop runs several times per transaction (each publish result, each
+	// settle) and only the first after a notification fetches.
+	quiet bool
 
 	fetching   bool // a fetch is in flight
 	fetchStart time.Time
@@ -97,10 +104,14 @@ func (c *poller) open(l Lease) {
 		return
 	}
 	c.parts[l.Partition] = &cursorState{lease: l, trunc: map[string]int64{}, recov: map[string]bool{}}
+	c.quiet = false
 }
 
 // close stops reading partition p.
-func (c *poller) close(p int) { delete(c.parts, p) }
+func (c *poller) close(p int) {
+	delete(c.parts, p)
+	c.quiet = false
+}
 
 // reorder rebuilds the partition order after partitions came or went.
 func (c *poller) reorder() {
@@ -175,6 +186,7 @@ func (c *poller) recovered(p int, k string) {
 		return
 	}
 	cs.recov[k] = true
+	c.quiet = false
 	if !cs.rewind || after < cs.rewindTo {
 		cs.rewindTo = after
 	}
@@ -238,12 +250,19 @@ func (c *poller) refill(ctx context.Context) {
 	every := c.r.pollInterval()
 	poll := now.Sub(c.lastPoll) >= every
 	all := c.r.fetchAll[c.index].Swap(false)
+	dirtied := c.index < len(c.r.dirtied) && c.r.dirtied[c.index].Swap(false)
+	if c.quiet && !poll && !all && !dirtied {
+		return
+	}
 	polled, wanted, notified := poll, false, false
-	var cursors []Cursor
-	states := map[int]*cursorState{}
+	behind := false
+	var (
+		cursors []Cursor
+		states  map[int]*cursorState
+	)
 	for _, p := range c.order {
 		cs := c.parts[p]
-		if c.r.dirty[p].Swap(false) || all {
+		if (dirtied && c.r.dirty[p].Swap(false)) || all {
 			cs.caughtUp = false // written since the last fetch
 			notified = true
 		}
@@ -258,16 +277,21 @@ func (c *poller) refill(ctx context.Context) {
 			}
 			clear(cs.recov)
 		}
-		if !c.pipe.wants(p) {
+		behind = behind || !cs.caughtUp
+		if cs.caughtUp && !poll {
 			continue
 		}
-		if cs.caughtUp && !poll {
+		if !c.pipe.wants(p) {
 			continue
 		}
 		wanted = wanted || !cs.caughtUp
 		cursors = append(cursors, Cursor{Lease: cs.lease, After: cs.cursor, Mark: cs.mark})
+		if states == nil {
+			states = map[int]*cursorState{}
+		}
 		states[p] = cs
 	}
+	c.quiet = !behind
 	if poll {
 		// Polled, even if every partition was full or shed. Polls fall on
 		// multiples of PollInterval, the same for every worker, so that an
@@ -319,6 +343,7 @@ type fetchResult struct {
 // cursor since the last fetch come after everything fetched before.
 func (c *poller) fetched(res fetchResult) {
 	c.fetching = false
+	c.quiet = false
 	if res.err != nil {
 		c.failed("fetch", res.err)
 		c.pruneGone()

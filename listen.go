@@ -70,6 +70,7 @@ func (r *Relay) notifyPartitions(ps []int) {
 	r.notified.Store(int32(n))
 	for i, ok := range woken {
 		if ok {
+			r.dirtied[i].Store(true) // after its dirty flags (see refill)
 			r.wake(i)
 		}
 	}

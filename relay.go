@@ -49,9 +49,13 @@ type Relay struct {
 	workers []*worker
 	wakes   []chan struct{} // one per worker
 	// fetchAll[i] asks worker i to fetch all its partitions; dirty[p] asks
-	// p's worker to fetch p. Set by notifications, cleared by the workers.
+	// p's worker to fetch p, and dirtied[i] tells worker i that one of its
+	// partitions' dirty flags may be set (set after them: a worker that
+	// finds it clear has no dirty flag of its own to look at). Set by
+	// notifications, cleared by the workers.
 	fetchAll []atomic.Bool
 	dirty    []atomic.Bool
+	dirtied  []atomic.Bool
 	// listening is set from the subscription's first notification (the
 	// store's fn(nil) once subscribed) until it ends: polls are then a
 	// safety net, made less often.
@@ -296,6 +300,7 @@ func (r *Relay) run(workCtx, killCtx context.Context) {
 		r.wakes[i] = make(chan struct{}, 1)
 	}
 	r.fetchAll = make([]atomic.Bool, r.cfg.Workers)
+	r.dirtied = make([]atomic.Bool, r.cfg.Workers)
 	r.idle = make([]atomic.Bool, r.cfg.Workers)
 	r.dirty = make([]atomic.Bool, r.partitions)
 	broadcast := func() {

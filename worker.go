@@ -220,6 +220,7 @@ func (w *worker) extendDrain(upTo int64) {
 	for _, cs := range w.capture.parts {
 		cs.caughtUp = false
 	}
+	w.capture.quiet = false
 }
 
 // drained reports whether a draining worker has nothing left to do: every
