@@ -279,6 +279,10 @@ type sent struct {
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 	return p.gate.Do(ctx, len(msgs), func(ctx context.Context, errs []error) {
+		if p.publishInline(ctx, msgs, errs) {
+			p.resolveNoStream(ctx, errs)
+			return
+		}
 		pending := make(chan sent, len(msgs))
 		var wg sync.WaitGroup
 		wg.Go(func() { p.await(ctx, msgs, pending, errs) })
@@ -286,6 +290,78 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error
 		wg.Wait()
 		p.resolveNoStream(ctx, errs)
 	})
+}
+
+// inlineMax is the largest call publishInline takes: a steady load's
+// calls are a transaction's share, a few messages each.
+const inlineMax = 64
+
+// publishInline publishes a small call in the caller's goroutine: when the
+// tokens of all its messages can be taken at once, without waiting, it
+// sends them all, then awaits them, so the call costs no goroutine, no
+// channel of futures and no hand-off per acknowledgement. It never waits
+// for a token while holding others (calls that do could take every token
+// between them and wait for each other until their deadlines). It reports
+// false, having taken nothing, when the call is larger than inlineMax or
+// the tokens are not free: Publish then sends and awaits side by side.
+func (p *Publisher) publishInline(ctx context.Context, msgs []*outbox.Message, errs []error) bool {
+	if len(msgs) > inlineMax {
+		return false
+	}
+	for i := range msgs {
+		select {
+		case p.sem <- struct{}{}:
+		default:
+			for range i {
+				<-p.sem
+			}
+			return false
+		}
+	}
+	var futures [inlineMax]jetstream.PubAckFuture
+	for i, m := range msgs {
+		subject := p.Subject(m.Topic)
+		if err := unaltered(m); err != nil {
+			<-p.sem
+			errs[i] = outbox.Permanent(fmt.Errorf("natsjs: publish to %q: message %s: %w", subject, m.ID, err))
+			continue
+		}
+		if ctx.Err() != nil {
+			for range msgs[i:] {
+				<-p.sem
+			}
+			p.failRest(ctx, msgs[i:], errs[i:])
+			break
+		}
+		paf, err := p.publishAsync(ctx, subject, m)
+		if err != nil {
+			<-p.sem
+			errs[i] = p.classify(subject, m, err)
+			continue
+		}
+		futures[i] = paf
+	}
+	for i, paf := range futures[:len(msgs)] {
+		if paf != nil {
+			errs[i] = p.result(ctx, msgs[i], paf)
+			<-p.sem
+		}
+	}
+	return true
+}
+
+// publishAsync sends m to subject without waiting for its acknowledgement
+// (a stall on nats.go's own pending limit waits at most until ctx's
+// deadline).
+func (p *Publisher) publishAsync(ctx context.Context, subject string, m *outbox.Message) (jetstream.PubAckFuture, error) {
+	stall := stallWaitMax
+	if deadline, ok := ctx.Deadline(); ok {
+		stall = max(min(stall, time.Until(deadline)), time.Millisecond)
+	}
+	return p.js.PublishMsgAsync(p.natsMsg(subject, m),
+		jetstream.WithRetryAttempts(0), // the relay retries, with backoff
+		jetstream.WithStallWait(stall),
+	)
 }
 
 // send publishes msgs in order, each after taking a token of p.sem, and
@@ -309,14 +385,7 @@ func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, pending ch
 			p.failRest(ctx, msgs[i:], errs[i:])
 			return
 		}
-		stall := stallWaitMax
-		if deadline, ok := ctx.Deadline(); ok {
-			stall = max(min(stall, time.Until(deadline)), time.Millisecond)
-		}
-		paf, err := p.js.PublishMsgAsync(p.natsMsg(subject, m),
-			jetstream.WithRetryAttempts(0), // the relay retries, with backoff
-			jetstream.WithStallWait(stall),
-		)
+		paf, err := p.publishAsync(ctx, subject, m)
 		if err != nil {
 			<-p.sem
 			errs[i] = p.classify(subject, m, err)
@@ -351,27 +420,32 @@ func (p *Publisher) ended(ctx context.Context, m *outbox.Message, what string) e
 // results already there.
 func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, pending <-chan sent, errs []error) {
 	for s := range pending {
-		m := msgs[s.index]
-		subject := p.Subject(m.Topic)
-		var err error
-		select {
-		case ack := <-s.paf.Ok():
-			err = p.acked(subject, m, ack)
-		case e := <-s.paf.Err():
-			err = p.classify(subject, m, e)
-		case <-ctx.Done():
-			// An acknowledgement that arrived meanwhile still counts.
-			select {
-			case ack := <-s.paf.Ok():
-				err = p.acked(subject, m, ack)
-			case e := <-s.paf.Err():
-				err = p.classify(subject, m, e)
-			default:
-				err = p.ended(ctx, m, "not acknowledged (the message may be stored)")
-			}
-		}
+		err := p.result(ctx, msgs[s.index], s.paf)
 		<-p.sem
 		errs[s.index] = err
+	}
+}
+
+// result waits for the acknowledgement of m, sent with paf, and returns
+// its result (see Publish); once ctx has ended it only takes a result
+// already there.
+func (p *Publisher) result(ctx context.Context, m *outbox.Message, paf jetstream.PubAckFuture) error {
+	subject := p.Subject(m.Topic)
+	select {
+	case ack := <-paf.Ok():
+		return p.acked(subject, m, ack)
+	case e := <-paf.Err():
+		return p.classify(subject, m, e)
+	case <-ctx.Done():
+		// An acknowledgement that arrived meanwhile still counts.
+		select {
+		case ack := <-paf.Ok():
+			return p.acked(subject, m, ack)
+		case e := <-paf.Err():
+			return p.classify(subject, m, e)
+		default:
+			return p.ended(ctx, m, "not acknowledged (the message may be stored)")
+		}
 	}
 }
 

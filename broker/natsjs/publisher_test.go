@@ -376,22 +376,30 @@ func (c *countingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) 
 	return c.JetStream.PublishMsgAsync(m, opts...)
 }
 
+// countingPublisher returns a Publisher of MaxInFlight maxInFlight on b
+// whose publishes cjs counts (closed at the end of the test).
+func countingPublisher(t *testing.T, b *broker, maxInFlight int) (p *natsjs.Publisher, cjs *countingJS) {
+	t.Helper()
+	js, err := jetstream.New(b.nc) // no PublishAsyncMaxPending
+	if err != nil {
+		t.Fatal(err)
+	}
+	cjs = &countingJS{JetStream: js}
+	p, err = natsjs.New(cjs, natsjs.Options{MaxInFlight: maxInFlight, SubjectPrefix: testPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, cjs
+}
+
 // TestMaxInFlightBound: four concurrent calls share the MaxInFlight bound,
 // with a JetStream context that has no bound of its own.
 func TestMaxInFlightBound(t *testing.T) {
 	t.Parallel()
 	const maxInFlight = 8
 	b := newBroker(t)
-	js, err := jetstream.New(b.nc) // no PublishAsyncMaxPending
-	if err != nil {
-		t.Fatal(err)
-	}
-	cjs := &countingJS{JetStream: js}
-	p, err := natsjs.New(cjs, natsjs.Options{MaxInFlight: maxInFlight, SubjectPrefix: testPrefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, cjs := countingPublisher(t, b, maxInFlight)
 	topic := b.stream(t, nil)
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -417,6 +425,64 @@ func TestMaxInFlightBound(t *testing.T) {
 		t.Fatalf("at most %d publish awaited acknowledgement at once: the batch was not pipelined", got)
 	}
 	t.Logf("most publishes in flight: %d (MaxInFlight %d)", got, maxInFlight)
+}
+
+// TestMaxInFlightBoundSmallCalls: small calls (a steady load's, sent and
+// awaited in the caller's goroutine when their tokens are free, side by
+// side otherwise) from many goroutines share the bound too, every message
+// is stored once, and no token is lost: none is taken once the calls
+// returned, and a call of MaxInFlight messages made afterwards goes
+// through.
+func TestMaxInFlightBoundSmallCalls(t *testing.T) {
+	t.Parallel()
+	const maxInFlight = 8
+	b := newBroker(t)
+	p, cjs := countingPublisher(t, b, maxInFlight)
+	topic := b.stream(t, nil)
+	const goroutines, calls, perCall = 6, 40, 3
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for c := range calls {
+				msgs := make([]*outbox.Message, perCall)
+				for i := range msgs {
+					msgs[i] = msg(topic, fmt.Sprintf("g%d-%d-%d", g, c, i), []byte("x"))
+				}
+				for i, err := range publish(t, p, msgs...) {
+					if err != nil {
+						t.Errorf("goroutine %d, call %d, message %d: %v", g, c, i, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := cjs.max.Load(); got > maxInFlight {
+		t.Fatalf("%d publishes awaited acknowledgement at once; MaxInFlight is %d", got, maxInFlight)
+	}
+	if held := natsjs.TokensHeld(p); held != 0 {
+		t.Fatalf("%d of the MaxInFlight tokens are still taken after every call returned", held)
+	}
+	last := make([]*outbox.Message, maxInFlight)
+	for i := range last {
+		last[i] = msg(topic, fmt.Sprintf("last-%d", i), []byte("x"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, err := range p.Publish(ctx, last) {
+		if err != nil {
+			t.Fatalf("a call of MaxInFlight messages after the small ones, message %d: %v (a token was not given back)", i, err)
+		}
+	}
+	want := goroutines*calls*perCall + maxInFlight
+	info, err := b.streamOf(t, topic).Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(info.State.Msgs) != want {
+		t.Fatalf("the stream holds %d messages, want %d", info.State.Msgs, want)
+	}
 }
 
 // TestNewLeavesConnectionOpen: a Publisher from New does not close the
