@@ -313,15 +313,13 @@ func (c *poller) refill(ctx context.Context) {
 	} else if notified && c.r.notified.Load() > 1 {
 		gather = notifyGather
 	}
-	// The fetch runs beside the publishing; fetched applies its result.
-	go func() {
-		fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
-		defer cancel()
-		res := fetchResult{cursors: cursors, states: states, limit: limit, start: now}
-		out := c.r.calls.fetch.do(fctx, fetchCall{cursors: cursors, limit: limit}, gather)
-		res.recs, res.mark, res.err = out.recs, out.mark, out.err
-		c.events <- res
-	}()
+	// The fetch runs beside the publishing; fetched applies its result,
+	// which comes as an event (the channel has room for it: one fetch is
+	// in flight).
+	fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
+	c.r.calls.fetch.submit(fctx, cancel, fetchCall{cursors: cursors, limit: limit}, gather, func(out fetchOut) {
+		c.events <- fetchResult{cursors: cursors, states: states, limit: limit, start: now, recs: out.recs, mark: out.mark, err: out.err}
+	})
 }
 
 type fetchResult struct {

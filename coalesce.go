@@ -117,9 +117,95 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, req Req, gather time.Durat
 	return cl.res
 }
 
+// handing merges calls into fewer calls as coalescer does, but its
+// callers do not wait: each call's result is handed to its deliver
+// function by the goroutine that ran the round. So a notification that
+// wakes every worker costs one goroutine and one store call, and each
+// worker gets its result as an event, without a goroutine of its own
+// woken in between. A caller finding fewer than max rounds running starts
+// one (a goroutine), which gathers calls first, then runs rounds while
+// calls are pending.
+type handing[Req, Res any] struct {
+	mu        sync.Mutex
+	pending   []handed[Req, Res]
+	running   int
+	max       int
+	gathering bool
+	run       func(ctx context.Context, reqs []Req) []Res
+}
+
+type handed[Req, Res any] struct {
+	ctx     context.Context
+	cancel  context.CancelFunc // called once delivered
+	req     Req
+	deliver func(Res) // must not block
+}
+
+// submit makes req, alone or merged with others, and hands its result to
+// deliver, in another goroutine. The round req is part of runs with the
+// context of the round's first call; every call's cancel is called once its
+// result is delivered. gather is as for coalescer.do.
+func (c *handing[Req, Res]) submit(ctx context.Context, cancel context.CancelFunc, req Req, gather time.Duration, deliver func(Res)) {
+	c.mu.Lock()
+	c.pending = append(c.pending, handed[Req, Res]{ctx: ctx, cancel: cancel, req: req, deliver: deliver})
+	leading := c.running < c.max && !c.gathering
+	if leading {
+		c.running++
+		c.gathering = true // until it takes the pending calls
+	}
+	c.mu.Unlock()
+	if leading {
+		go c.lead(ctx, gather)
+	}
+}
+
+// lead gathers calls for gather (0: only those of the goroutines woken
+// with the first), runs them in one round, and runs another round while
+// calls came meanwhile that no other leader gathers.
+func (c *handing[Req, Res]) lead(ctx context.Context, gather time.Duration) {
+	for {
+		if gather > 0 {
+			t := time.NewTimer(gather)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		} else {
+			runtime.Gosched()
+		}
+		c.mu.Lock()
+		c.gathering = false
+		batch := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+		if len(batch) > 0 {
+			reqs := make([]Req, len(batch))
+			for i, b := range batch {
+				reqs[i] = b.req
+			}
+			res := c.run(batch[0].ctx, reqs)
+			for i, b := range batch {
+				b.deliver(res[i])
+				b.cancel()
+			}
+		}
+		c.mu.Lock()
+		if len(c.pending) == 0 || c.gathering {
+			c.running--
+			c.mu.Unlock()
+			return
+		}
+		c.gathering = true
+		ctx = c.pending[0].ctx
+		c.mu.Unlock()
+		gather = 0
+	}
+}
+
 // storeCalls are a relay's coalesced fetches and settles.
 type storeCalls struct {
-	fetch  coalescer[fetchCall, fetchOut]
+	fetch  handing[fetchCall, fetchOut]
 	settle coalescer[[]Settlement, settleOut]
 }
 
@@ -145,7 +231,7 @@ const coalescedCallsMax = 2
 
 func newStoreCalls(r *Relay) *storeCalls {
 	sc := &storeCalls{}
-	sc.fetch = coalescer[fetchCall, fetchOut]{max: coalescedCallsMax, run: r.fetchMerged}
+	sc.fetch = handing[fetchCall, fetchOut]{max: coalescedCallsMax, run: r.fetchMerged}
 	sc.settle = coalescer[[]Settlement, settleOut]{max: coalescedCallsMax, run: r.settleMerged}
 	return sc
 }
