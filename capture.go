@@ -308,16 +308,17 @@ func (c *poller) refill(ctx context.Context) {
 	// same instant in every worker: let them make one fetch. So are the
 	// fetches of the workers a notification woke together.
 	var gather time.Duration
+	expect := 0
 	if polled && !wanted {
 		gather = gatherAligned
-	} else if notified && c.r.notified.Load() > 1 {
-		gather = notifyGather
+	} else if n := int(c.r.notified.Load()); notified && n > 1 {
+		gather, expect = notifyGather, n
 	}
 	// The fetch runs beside the publishing; fetched applies its result,
 	// which comes as an event (the channel has room for it: one fetch is
 	// in flight).
 	fctx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
-	c.r.calls.fetch.submit(fctx, cancel, fetchCall{cursors: cursors, limit: limit}, gather, func(out fetchOut) {
+	c.r.calls.fetch.submit(fctx, cancel, fetchCall{cursors: cursors, limit: limit}, gather, expect, func(out fetchOut) {
 		c.events <- fetchResult{cursors: cursors, states: states, limit: limit, start: now, recs: out.recs, mark: out.mark, err: out.err}
 	})
 }

@@ -131,7 +131,12 @@ type handing[Req, Res any] struct {
 	running   int
 	max       int
 	gathering bool
-	run       func(ctx context.Context, reqs []Req) []Res
+	// expect is how many calls the gathering leader waits for at most:
+	// full is closed when that many are pending (nil when none is
+	// awaited).
+	expect int
+	full   chan struct{}
+	run    func(ctx context.Context, reqs []Req) []Res
 }
 
 type handed[Req, Res any] struct {
@@ -144,38 +149,52 @@ type handed[Req, Res any] struct {
 // submit makes req, alone or merged with others, and hands its result to
 // deliver, in another goroutine. The round req is part of runs with the
 // context of the round's first call; every call's cancel is called once its
-// result is delivered. gather is as for coalescer.do.
-func (c *handing[Req, Res]) submit(ctx context.Context, cancel context.CancelFunc, req Req, gather time.Duration, deliver func(Res)) {
+// result is delivered. gather is as for coalescer.do; a leader that
+// gathers stops waiting once expect calls are pending, its own included
+// (the workers a notification woke: no need to wait longer once they all
+// came; 0 waits for gather).
+func (c *handing[Req, Res]) submit(ctx context.Context, cancel context.CancelFunc, req Req, gather time.Duration, expect int, deliver func(Res)) {
 	c.mu.Lock()
 	c.pending = append(c.pending, handed[Req, Res]{ctx: ctx, cancel: cancel, req: req, deliver: deliver})
 	leading := c.running < c.max && !c.gathering
+	var full chan struct{}
 	if leading {
 		c.running++
 		c.gathering = true // until it takes the pending calls
+		if gather > 0 && expect > 1 {
+			full = make(chan struct{})
+			c.expect, c.full = expect, full
+		}
+	} else if c.full != nil && len(c.pending) >= c.expect {
+		close(c.full)
+		c.full = nil
 	}
 	c.mu.Unlock()
 	if leading {
-		go c.lead(ctx, gather)
+		go c.lead(ctx, gather, full)
 	}
 }
 
 // lead gathers calls for gather (0: only those of the goroutines woken
-// with the first), runs them in one round, and runs another round while
-// calls came meanwhile that no other leader gathers.
-func (c *handing[Req, Res]) lead(ctx context.Context, gather time.Duration) {
+// with the first) or until full is closed, runs them in one round, and
+// runs another round while calls came meanwhile that no other leader
+// gathers.
+func (c *handing[Req, Res]) lead(ctx context.Context, gather time.Duration, full chan struct{}) {
 	for {
 		if gather > 0 {
 			t := time.NewTimer(gather)
 			select {
 			case <-t.C:
+			case <-full: // (nil: never)
 			case <-ctx.Done():
-				t.Stop()
 			}
+			t.Stop()
 		} else {
 			runtime.Gosched()
 		}
 		c.mu.Lock()
 		c.gathering = false
+		c.full = nil
 		batch := c.pending
 		c.pending = nil
 		c.mu.Unlock()
@@ -199,7 +218,7 @@ func (c *handing[Req, Res]) lead(ctx context.Context, gather time.Duration) {
 		c.gathering = true
 		ctx = c.pending[0].ctx
 		c.mu.Unlock()
-		gather = 0
+		gather, full = 0, nil
 	}
 }
 

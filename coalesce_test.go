@@ -123,7 +123,7 @@ func TestHandingDeliversEveryCallOnce(t *testing.T) {
 					t.Errorf("call %d cancelled before its delivery", i)
 				}
 				cancelled.Done()
-			}, i, gather, func(res int) {
+			}, i, gather, 0, func(res int) {
 				if res != 2*i {
 					t.Errorf("call %d got %d, want %d", i, res, 2*i)
 				}
@@ -173,9 +173,9 @@ func TestHandingGatherJoinsCallsDueTogether(t *testing.T) {
 	var delivered sync.WaitGroup
 	delivered.Add(4)
 	deliver := func(int) { delivered.Done() }
-	c.submit(ctx, func() {}, 0, time.Hour, deliver) // gathers until endGather
+	c.submit(ctx, func() {}, 0, time.Hour, 0, deliver) // gathers until endGather
 	for i := 1; i <= 3; i++ {
-		c.submit(context.Background(), func() {}, i, 0, deliver)
+		c.submit(context.Background(), func() {}, i, 0, 0, deliver)
 	}
 	c.mu.Lock()
 	pending, running := len(c.pending), c.running
@@ -206,11 +206,11 @@ func TestHandingRunsCallsPendingWhileRoundsRun(t *testing.T) {
 	delivered := make(chan int, 7)
 	deliver := func(i int) func(int) { return func(int) { delivered <- i } }
 	for i := range 2 {
-		c.submit(context.Background(), func() {}, i, 0, deliver(i))
+		c.submit(context.Background(), func() {}, i, 0, 0, deliver(i))
 		<-started // its round runs: the next call leads the other
 	}
 	for i := 2; i < 7; i++ {
-		c.submit(context.Background(), func() {}, i, 0, deliver(i))
+		c.submit(context.Background(), func() {}, i, 0, 0, deliver(i))
 	}
 	close(release)
 	seen := map[int]bool{}
@@ -225,5 +225,38 @@ func TestHandingRunsCallsPendingWhileRoundsRun(t *testing.T) {
 	}
 	if n := rounds.Load(); n != 3 {
 		t.Fatalf("%d rounds, want 3 (the pending calls in one)", n)
+	}
+}
+
+// A leader gathering for the calls of the workers a notification woke
+// stops waiting as soon as they all came: with gather an hour, the round
+// runs once the expected calls are pending.
+func TestHandingGatherEndsWhenTheExpectedCame(t *testing.T) {
+	var rounds atomic.Int64
+	c := handing[int, int]{max: 2, run: func(_ context.Context, reqs []int) []int {
+		rounds.Add(1)
+		return make([]int, len(reqs))
+	}}
+	delivered := make(chan struct{}, 3)
+	deliver := func(int) { delivered <- struct{}{} }
+	c.submit(context.Background(), func() {}, 0, time.Hour, 3, deliver)
+	c.submit(context.Background(), func() {}, 1, time.Hour, 3, deliver)
+	c.mu.Lock()
+	pending := len(c.pending)
+	c.mu.Unlock()
+	if pending != 2 {
+		t.Fatalf("%d calls pending before the third came, want 2 (the leader must still wait)", pending)
+	}
+	c.submit(context.Background(), func() {}, 2, 0, 3, deliver)
+	timeout := time.After(10 * time.Second)
+	for range 3 {
+		select {
+		case <-delivered:
+		case <-timeout:
+			t.Fatal("the leader kept gathering after the three expected calls came")
+		}
+	}
+	if n := rounds.Load(); n != 1 {
+		t.Fatalf("%d rounds, want 1", n)
 	}
 }

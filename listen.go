@@ -79,7 +79,8 @@ func (r *Relay) notifyPartitions(ps []int) {
 // notifyGather is how long the first worker woken by a notification that
 // woke several waits for the others' fetches, so that they make one
 // statement: a commit of ten messages wakes up to every worker, and
-// without it about half of them came too late for the first fetch.
+// without it about half of them came too late for the first fetch. It
+// stops waiting as soon as every worker woken came.
 const notifyGather = 300 * time.Microsecond
 
 // listenPollFactor stretches PollInterval while the relay is subscribed
