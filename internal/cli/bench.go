@@ -128,6 +128,7 @@ the stream to time each message's arrival).`,
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file; samples are labelled scenario=NAME and phase=timed|untimed (go tool pprof -top -tagfocus=phase=timed FILE)")
 
 	cmd.AddCommand(newBenchBrokerCommand(a))
+	cmd.AddCommand(newBenchCeilingCommand(a))
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		o.Logger = a.log
 		o.Notices = a.env.Stderr
