@@ -357,12 +357,18 @@ type ceilingProc struct{ *child }
 // binary on the bench's schema and destination (the store and broker URLs
 // in its environment, as startRelay gives them to `outbox relay`) and
 // waits until it LISTENs.
-func (e *Env) startCeiling(ctx context.Context) (*ceilingProc, error) {
+//
+// With Options.RelayProfile set it writes its CPU profile (its whole run,
+// warm-up included) to RelayProfile-ceiling-steady-RATE.pprof.
+func (e *Env) startCeiling(ctx context.Context, rate int) (*ceilingProc, error) {
 	args := append(slices.Clone(CeilingCommand),
 		"--schema", e.schema,
 		"--channel", postgres.Options{Schema: e.schema}.Channel(),
 		"--partitions", strconv.Itoa(e.partitions),
 	)
+	if e.opts.RelayProfile != "" {
+		args = append(args, "--cpuprofile", e.opts.RelayProfile+"-"+strings.NewReplacer("/", "-", "@", "-").Replace(SteadyCeilingName(rate))+".pprof")
+	}
 	bargs, benv := e.Broker.relayArgs()
 	env := append([]string{"OUTBOX_STORE=" + e.DSN}, benv...)
 	c, first, err := startChild(ctx, e.opts, "ceiling", append(args, bargs...), env)
@@ -399,7 +405,7 @@ func steadyCeiling(ctx context.Context, env *Env, k Knobs, rate int, warmup, d t
 		return nil, err
 	}
 	env.meter.setPhase("starting the ceiling")
-	proc, err := env.startCeiling(ctx)
+	proc, err := env.startCeiling(ctx, rate)
 	if err != nil {
 		return nil, err
 	}

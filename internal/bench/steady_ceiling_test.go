@@ -143,7 +143,7 @@ func TestSteadyCeilingProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopRecv()
-	proc, err := env.startCeiling(ctx)
+	proc, err := env.startCeiling(ctx, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,10 @@ import (
 // it LISTENs, then nothing but errors, and stops on SIGINT or SIGTERM
 // after a final settle.
 func newBenchCeilingCommand(a *app) *cobra.Command {
-	var c bench.CeilingConfig
+	var (
+		c          bench.CeilingConfig
+		cpuProfile string
+	)
 	cmd := &cobra.Command{
 		Use:    bench.CeilingCommand[1],
 		Short:  "Run the bench's steady-load ceiling (LISTEN, SELECT, publish, DELETE: nothing else)",
@@ -31,6 +34,11 @@ func newBenchCeilingCommand(a *app) *cobra.Command {
 			if err := c.Validate(); err != nil {
 				return usagef("%v", err)
 			}
+			stop, err := a.startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return bench.RunSteadyCeiling(ctx, c)
 		}),
 	}
@@ -39,5 +47,6 @@ func newBenchCeilingCommand(a *app) *cobra.Command {
 	fs.StringVar(&c.Channel, "channel", "", "the outbox's LISTEN/NOTIFY channel")
 	fs.IntVar(&c.Partitions, "partitions", 0, "the outbox's partitions")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", "", "the bench's destination on the broker")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write the process's CPU profile (its whole run) to this file")
 	return cmd
 }
