@@ -332,6 +332,22 @@ func checkLoad(t *testing.T, res *Result) {
 	if len(res.Details) != 1 || res.Details[0].Left != 0 || res.Details[0].Stored != int64(res.Details[0].Messages) {
 		t.Errorf("%s: runs %+v, want one that left nothing behind and stored every message", res.Scenario, res.Details)
 	}
+	// The steady-load ceiling runs after steady/key@RATE only; it left the
+	// outbox empty and stored every message once, or the scenario failed.
+	c := l.Ceiling
+	if wantCeiling := res.Scenario == SteadyKey1000Name || res.Scenario == SteadyKey5000Name; (c != nil) != wantCeiling {
+		t.Errorf("%s: ceiling %+v, want one: %v", res.Scenario, c, wantCeiling)
+		return
+	}
+	if c == nil {
+		return
+	}
+	if c.Messages == 0 || !(c.P99 >= c.P50) || !(c.Max >= c.P99) || !(c.Achieved > 0) || c.Rate != l.Rate {
+		t.Errorf("%s: ceiling %+v: want messages measured, p50 <= p99 <= max, the rate achieved", res.Scenario, *c)
+	}
+	if runtime.GOOS == "linux" && !(c.CPU.Relay > 0 && c.Core.Relay > 0 && c.Core.Postgres > 0 && c.CPU.Producers > 0) {
+		t.Errorf("%s: ceiling CPU %+v per message %+v: want its process's, PostgreSQL's and the producers' measured", res.Scenario, c.Core, c.CPU)
+	}
 }
 
 func sumOf(xs []float64) float64 {

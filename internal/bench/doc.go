@@ -189,6 +189,15 @@
 // brokers the steady scenarios fail with an error saying so. Every
 // message must arrive and the outbox must end empty.
 //
+// After the relay's phase of steady/key@RATE comes ceiling/steady@RATE,
+// shown as a row of its own: the outbox emptied and the stream reset, the
+// process `outbox bench steady-ceiling` (RunSteadyCeiling: LISTEN, one
+// SELECT and one Publish per notification, one DELETE per 100 ms, nothing
+// else) instead of the relay, the producers run the same way, and the same
+// figures are taken against the same producers-alone baseline. The steady
+// targets at RATE (of key and of none) print the ratio to it, and a bound
+// the ceiling itself misses as out of reach here.
+//
 // horizon/free@2000 and horizon/held@2000 are steady/key@2000; the held
 // one opens, once the relay is ready, a transaction on a connection of its
 // own that takes a transaction ID and stays idle in transaction until

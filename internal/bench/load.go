@@ -69,6 +69,11 @@ type Load struct {
 	DeadTuples   int64   `json:"dead_tuples_at_end"`
 	FetchMeanMs  float64 `json:"fetch_mean_ms"`
 	SettleMeanMs float64 `json:"settle_mean_ms"`
+	// Ceiling is the steady-load ceiling measured right after the relay,
+	// at the same rate, against the same producers-alone baseline
+	// (ceiling/steady@RATE: RunSteadyCeiling in a process of its own,
+	// whose CPU is in Ceiling.CPU.Relay); steady/key@RATE only.
+	Ceiling *Load `json:"ceiling,omitempty"`
 }
 
 // Steady and idle scenario names.
@@ -97,13 +102,17 @@ var loadScenarios = []struct {
 	ordering outbox.Ordering
 	rate     int
 	hold     bool // hold the xmin horizon through the run with the relay
+	// ceiling: the steady-load ceiling (ceiling/steady@RATE) runs after
+	// the relay, at the same rate; steady/none@RATE reads the one of
+	// steady/key@RATE (the ceiling has no ordering).
+	ceiling bool
 }{
-	{SteadyKey1000Name, outbox.OrderingKey, 1000, false},
-	{SteadyNone1000Name, outbox.OrderingNone, 1000, false},
-	{SteadyKey5000Name, outbox.OrderingKey, 5000, false},
-	{SteadyNone5000Name, outbox.OrderingNone, 5000, false},
-	{HorizonFreeName, outbox.OrderingKey, 2000, false},
-	{HorizonHeldName, outbox.OrderingKey, 2000, true},
+	{SteadyKey1000Name, outbox.OrderingKey, 1000, false, true},
+	{SteadyNone1000Name, outbox.OrderingNone, 1000, false, false},
+	{SteadyKey5000Name, outbox.OrderingKey, 5000, false, true},
+	{SteadyNone5000Name, outbox.OrderingNone, 5000, false, false},
+	{HorizonFreeName, outbox.OrderingKey, 2000, false, false},
+	{HorizonHeldName, outbox.OrderingKey, 2000, true, false},
 }
 
 // LoadScenarioNames lists the steady/ORDERING@RATE scenarios and idle.
@@ -133,13 +142,14 @@ func coreShare(u cpuUse, span time.Duration, role cpuRole) ProcessCPU {
 }
 
 // loadSpan produces at rate for warmup+d and measures the span after the
-// warm-up; with relay set its CPU counts too. committed, if not nil, gets
-// every transaction's IDs. It returns the CPU used, the measured span and
-// the messages committed in it.
-func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, relay *relayProc, committed func([]string, time.Time)) (cpuUse, time.Duration, int, error) {
+// warm-up; with proc set (the relay's or the ceiling's process) its CPU
+// counts too. committed, if not nil, gets every transaction's IDs. It
+// returns the CPU used, the measured span and the messages committed in
+// it.
+func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, proc *child, committed func([]string, time.Time)) (cpuUse, time.Duration, int, error) {
 	use := newCPUMeter(ctx, env)
-	if relay != nil {
-		use.add(relay.child)
+	if proc != nil {
+		use.add(proc)
 	}
 	var (
 		measuring atomic.Bool
@@ -169,6 +179,112 @@ func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.D
 	return u, time.Since(began), int(counted.Load()), nil
 }
 
+// aloneSpan is the producers-alone baseline of a steady scenario: the CPU
+// used over the measured span and the messages committed in it.
+type aloneSpan struct {
+	use  cpuUse
+	span time.Duration
+	n    int
+}
+
+// loadPhase is one measured phase of a steady scenario with a process
+// relaying (`outbox relay` or the ceiling's): what loadSpan measured, the
+// messages of the whole phase (warm-up included) and the commit→receive
+// and commit→routed distributions.
+type loadPhase struct {
+	use         cpuUse
+	span        time.Duration
+	spanN, n    int
+	lat, routed *Latency
+}
+
+// runLoadPhase subscribes to the destination (the bench's consumer and,
+// where the broker has one, the core subscription), runs the producers at
+// rate for warmup+d with proc's CPU counted (loadSpan), and waits until
+// every message was received and the outbox is empty; proc exiting before
+// then fails it.
+func runLoadPhase(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.Duration, proc *child) (loadPhase, error) {
+	perTx, txs, _ := txShape(rate, SteadyPerTx, warmup+d)
+	n := perTx * txs
+	lat, routed := newLatencies(n), newLatencies(n)
+	stop, err := env.Broker.receive(func(id string) { lat.acked([]string{id}, time.Now()) })
+	if err != nil {
+		return loadPhase{}, err
+	}
+	defer stop()
+	if env.Broker.route != nil {
+		stopRoute, err := env.Broker.route(func(id string) { routed.acked([]string{id}, time.Now()) })
+		if err != nil {
+			return loadPhase{}, err
+		}
+		defer stopRoute()
+	}
+	env.meter.start("producing", n)
+	from := time.Now().Add(warmup)
+	lat.setFrom(from)
+	routed.setFrom(from)
+	committed := func(ids []string, t time.Time) {
+		lat.committed(ids, t)
+		routed.committed(ids, t)
+	}
+	u, span, spanN, err := loadSpan(ctx, env, k, rate, warmup, d, proc, committed)
+	if err != nil {
+		return loadPhase{}, err
+	}
+	env.meter.setPhase("draining")
+	err = pollUntil(ctx, "steady: wait for every message", func() (bool, int64, error) {
+		got := lat.count()
+		env.meter.done.Store(got)
+		if done, err := proc.exited(); done {
+			return false, 0, fmt.Errorf("bench: the %s process exited during the run (%v)%s", proc.name, err, proc.lastWords())
+		}
+		if got < int64(n) {
+			return false, got, nil
+		}
+		left, err := env.leftOurs(ctx)
+		return left == 0, got - left, err
+	})
+	if err != nil {
+		return loadPhase{}, err
+	}
+	ph := loadPhase{use: u, span: span, spanN: spanN, n: n, lat: lat.summary()}
+	if env.Broker.route != nil {
+		ph.routed = routed.summary()
+	}
+	return ph, nil
+}
+
+// fill sets l's latencies, rates and CPU from the phase, with alone the
+// producers' baseline.
+func (ph loadPhase) fill(l *Load, env *Env, alone aloneSpan) {
+	u, span := ph.use, ph.span
+	l.Messages, l.P50, l.P95, l.P99, l.Max = ph.lat.Messages, ph.lat.P50, ph.lat.P95, ph.lat.P99, ph.lat.Max
+	l.Consumer = env.Broker.Consumer
+	if r := ph.routed; r != nil {
+		l.RoutedP50, l.RoutedP99, l.RoutedMax = r.P50, r.P99, r.Max
+	}
+	l.Seconds = span.Seconds()
+	l.Achieved = float64(ph.spanN) / span.Seconds()
+	l.Core = coreShare(u, span, benchProduces)
+	msgs := max(1, ph.spanN)
+	l.CPU = u.perMessage(msgs, benchProduces)
+	l.PostgresAddedMicros, l.PostgresAloneMicros = -1, -1
+	if u.Server >= 0 && alone.use.Server >= 0 {
+		// Both per second of span, then per message of the steady span.
+		perSec := u.Server.Seconds()/span.Seconds() - alone.use.Server.Seconds()/alone.span.Seconds()
+		l.PostgresAddedMicros = perSec * 1e6 / l.Achieved
+		l.PostgresAloneMicros = alone.use.Server.Seconds() * 1e6 / float64(max(1, alone.n))
+	}
+	l.RelayStatementsPerSec = -1
+	if u.stmts != nil && alone.use.stmts != nil {
+		l.RelayStatementsPerSec = float64(u.stmts.calls)/span.Seconds() - float64(alone.use.stmts.calls)/alone.span.Seconds()
+		l.Statements = u.stmts.top
+		for i := range l.Statements {
+			l.Statements[i].MicrosPerMsg = l.Statements[i].TotalMs * 1e3 / float64(msgs)
+		}
+	}
+}
+
 // SteadyLoad runs steady/ORDERING@RATE: first the producers alone (no
 // relay) at rate for warmup+d, measured after the warm-up; the outbox is
 // emptied; then one `outbox relay` process (ordering, k.Workers, k.Batch)
@@ -177,13 +293,15 @@ func loadSpan(ctx context.Context, env *Env, k Knobs, rate int, warmup, d time.D
 // message committed after the warm-up, once every message was received
 // and the outbox is empty.
 func SteadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration) (*Load, RunResult, error) {
-	return steadyLoad(ctx, env, k, ordering, rate, warmup, d, false, fmt.Sprintf("steady/%s@%d", ordering, rate))
+	return steadyLoad(ctx, env, k, ordering, rate, warmup, d, false, false, fmt.Sprintf("steady/%s@%d", ordering, rate))
 }
 
 // steadyLoad is SteadyLoad; with hold, one idle transaction holding a
 // transaction ID is opened once the relay is ready and stays open until
-// every message was received and the dead tuples were read (holdXmin).
-func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration, hold bool, name string) (*Load, RunResult, error) {
+// every message was received and the dead tuples were read (holdXmin);
+// with ceiling, the steady-load ceiling runs after the relay, at the
+// same rate, into l.Ceiling (steadyCeiling).
+func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering, rate int, warmup, d time.Duration, hold, ceiling bool, name string) (*Load, RunResult, error) {
 	if env.Broker.receive == nil {
 		return nil, RunResult{}, fmt.Errorf("bench: the steady scenarios measure commit→receive with a subscriber on the broker, which the bench has for NATS only (--broker %s)", scheme(env.Broker.url))
 	}
@@ -195,13 +313,17 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	if env.opts.SteadyAloneDuration > 0 {
 		aloneD = env.opts.SteadyAloneDuration
 	}
-	alone, aloneSpan, aloneN, err := loadSpan(ctx, env, k, rate, warmup, aloneD, nil, nil)
+	var (
+		alone aloneSpan
+		err   error
+	)
+	alone.use, alone.span, alone.n, err = loadSpan(ctx, env, k, rate, warmup, aloneD, nil, nil)
 	if err != nil {
 		return nil, RunResult{}, err
 	}
 	l := &Load{Ordering: string(ordering), Rate: float64(rate), PerTx: SteadyPerTx}
-	l.AchievedAlone = float64(aloneN) / aloneSpan.Seconds()
-	l.Alone = coreShare(alone, aloneSpan, benchProduces)
+	l.AchievedAlone = float64(alone.n) / alone.span.Seconds()
+	l.Alone = coreShare(alone.use, alone.span, benchProduces)
 	if err := env.prepareOurs(ctx, k, 0); err != nil {
 		return nil, RunResult{}, err
 	}
@@ -225,51 +347,12 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 		}
 		defer release()
 	}
-	perTx, txs, _ := txShape(rate, SteadyPerTx, warmup+d)
-	n := perTx * txs
-	lat, routed := newLatencies(n), newLatencies(n)
-	stop, err := env.Broker.receive(func(id string) { lat.acked([]string{id}, time.Now()) })
-	if err != nil {
-		return nil, RunResult{}, err
-	}
-	defer stop()
-	if env.Broker.route != nil {
-		stopRoute, err := env.Broker.route(func(id string) { routed.acked([]string{id}, time.Now()) })
-		if err != nil {
-			return nil, RunResult{}, err
-		}
-		defer stopRoute()
-	}
-	env.meter.start("producing", n)
-	from := time.Now().Add(warmup)
-	lat.setFrom(from)
-	routed.setFrom(from)
-	committed := func(ids []string, t time.Time) {
-		lat.committed(ids, t)
-		routed.committed(ids, t)
-	}
 	profiled := env.profileRelay(ctx, relay, warmup, d, name)
-	u, span, spanN, err := loadSpan(ctx, env, k, rate, warmup, d, relay, committed)
+	ph, err := runLoadPhase(ctx, env, k, rate, warmup, d, relay.child)
 	if err != nil {
 		return nil, RunResult{}, err
 	}
 	if err := profiled(); err != nil {
-		return nil, RunResult{}, err
-	}
-	env.meter.setPhase("draining")
-	err = pollUntil(ctx, "steady: wait for every message", func() (bool, int64, error) {
-		got := lat.count()
-		env.meter.done.Store(got)
-		if done, err := relay.exited(); done {
-			return false, 0, fmt.Errorf("bench: the relay process exited during the run (%v)%s", err, relay.lastWords())
-		}
-		if got < int64(n) {
-			return false, got, nil
-		}
-		left, err := env.leftOurs(ctx)
-		return left == 0, got - left, err
-	})
-	if err != nil {
 		return nil, RunResult{}, err
 	}
 	m, err := relay.scrape(ctx)
@@ -286,8 +369,7 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	if err := relay.stop(); err != nil {
 		return nil, RunResult{}, err
 	}
-	measured := lat.summary()
-	r := newRun(n, span)
+	r := newRun(ph.n, ph.span)
 	r.Failed = int64(m["outbox_failed_total"])
 	r.Relay = relayTimes([]map[string]float64{m})
 	if r.Left, err = env.leftOurs(ctx); err != nil {
@@ -296,30 +378,10 @@ func steadyLoad(ctx context.Context, env *Env, k Knobs, ordering outbox.Ordering
 	if r, err = env.finish(ctx, r); err != nil {
 		return nil, r, err
 	}
-	l.Messages, l.P50, l.P95, l.P99, l.Max = measured.Messages, measured.P50, measured.P95, measured.P99, measured.Max
-	l.Consumer = env.Broker.Consumer
-	if env.Broker.route != nil {
-		r := routed.summary()
-		l.RoutedP50, l.RoutedP99, l.RoutedMax = r.P50, r.P99, r.Max
-	}
-	l.Seconds = span.Seconds()
-	l.Achieved = float64(spanN) / span.Seconds()
-	l.Core = coreShare(u, span, benchProduces)
-	msgs := max(1, spanN)
-	l.CPU = u.perMessage(msgs, benchProduces)
-	l.PostgresAddedMicros, l.PostgresAloneMicros = -1, -1
-	if u.Server >= 0 && alone.Server >= 0 {
-		// Both per second of span, then per message of the steady span.
-		perSec := u.Server.Seconds()/span.Seconds() - alone.Server.Seconds()/aloneSpan.Seconds()
-		l.PostgresAddedMicros = perSec * 1e6 / l.Achieved
-		l.PostgresAloneMicros = alone.Server.Seconds() * 1e6 / float64(max(1, aloneN))
-	}
-	l.RelayStatementsPerSec = -1
-	if u.stmts != nil && alone.stmts != nil {
-		l.RelayStatementsPerSec = float64(u.stmts.calls)/span.Seconds() - float64(alone.stmts.calls)/aloneSpan.Seconds()
-		l.Statements = u.stmts.top
-		for i := range l.Statements {
-			l.Statements[i].MicrosPerMsg = l.Statements[i].TotalMs * 1e3 / float64(msgs)
+	ph.fill(l, env, alone)
+	if ceiling {
+		if l.Ceiling, err = steadyCeiling(ctx, env, k, rate, warmup, d, alone, l.AchievedAlone); err != nil {
+			return nil, r, fmt.Errorf("%s: %w", SteadyCeilingName(rate), err)
 		}
 	}
 	return l, r, nil
@@ -414,7 +476,7 @@ func runLoad(ctx context.Context, env *Env, o Options, k Knobs, rep *Report, nam
 		}
 		for _, s := range loadScenarios {
 			if s.name == name {
-				l, r, err = steadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration, s.hold, s.name)
+				l, r, err = steadyLoad(ctx, env, k, s.ordering, s.rate, o.SteadyWarmup, o.SteadyDuration, s.hold, s.ceiling, s.name)
 			}
 		}
 	})

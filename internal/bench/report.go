@@ -28,6 +28,11 @@ type Target struct {
 	// what the same invocation measured (a bound above the combined
 	// ceiling, CPUs saturated at the steady rate).
 	Limit string `json:"limit,omitempty"`
+	// Ceiling, when measured, is the same figure for the steady-load
+	// ceiling of the same invocation (ceiling/steady@RATE), and
+	// OverCeiling Got / Ceiling.
+	Ceiling     float64 `json:"ceiling,omitempty"`
+	OverCeiling float64 `json:"over_ceiling,omitempty"`
 }
 
 // cpuSaturated is the CPU use (percent, whole machine) at which the steady

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 )
@@ -93,6 +94,7 @@ func (r *Report) loadTable() (string, []string) {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tOFFERED\tACHIEVED\tALONE\tP50 MS\tP99 MS\tMAX MS\tROUTED P99\tPG %\tPG ALONE %\tBROKER %\tRELAY %\tPRODUCERS %\tPG µs/MSG ALONE\tPG ADDED\tRELAY µs/MSG\tRELAY STMTS/S")
 	var idle *Result
+	ceilings := 0
 	for _, res := range rows {
 		if res.Scenario == IdleName {
 			idle = res
@@ -103,13 +105,16 @@ func (r *Report) loadTable() (string, []string) {
 			failures = append(failures, res.Scenario+": "+res.Err)
 			continue
 		}
-		l := res.Load
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", res.Scenario,
-			thousands(l.Rate), thousands(l.Achieved), thousands(l.AchievedAlone), l.P50, l.P99, l.Max, l.RoutedP99,
-			cpuText(l.Core.Postgres), cpuText(l.Alone.Postgres), cpuText(l.Core.Broker), cpuText(l.Core.Relay), cpuText(l.Core.Producers),
-			cpuText(l.PostgresAloneMicros), cpuText(l.PostgresAddedMicros), cpuText(l.CPU.Relay), cpuText(l.RelayStatementsPerSec))
+		loadRow(tw, res.Scenario, res.Load)
+		if c := res.Load.Ceiling; c != nil {
+			loadRow(tw, SteadyCeilingName(int(c.Rate)), c)
+			ceilings++
+		}
 	}
 	_ = tw.Flush()
+	if ceilings > 0 {
+		fmt.Fprintf(&b, "ceiling/steady@RATE: run right after steady/key@RATE at the same rate, against the same producers alone: instead of `outbox relay`, a process of its own (`outbox bench steady-ceiling`) doing the bare minimum in one goroutine on one connection: LISTEN; on each notification one SELECT of the notified partitions above per-partition cursors and one Publish of the rows with the broker's confirmations; one DELETE of the published IDs every %v (as the relay settles); no leases, no per-key order, no metrics. RELAY columns: that process\n", CeilingSettleEvery)
+	}
 	if idle != nil {
 		if idle.Err != "" {
 			b.WriteString("idle: FAILED\n")
@@ -123,6 +128,14 @@ func (r *Report) loadTable() (string, []string) {
 	return b.String(), failures
 }
 
+// loadRow prints one row of the steady load table.
+func loadRow(tw io.Writer, name string, l *Load) {
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name,
+		thousands(l.Rate), thousands(l.Achieved), thousands(l.AchievedAlone), l.P50, l.P99, l.Max, l.RoutedP99,
+		cpuText(l.Core.Postgres), cpuText(l.Alone.Postgres), cpuText(l.Core.Broker), cpuText(l.Core.Relay), cpuText(l.Core.Producers),
+		cpuText(l.PostgresAloneMicros), cpuText(l.PostgresAddedMicros), cpuText(l.CPU.Relay), cpuText(l.RelayStatementsPerSec))
+}
+
 // statementsText lists each scenario's top statements by total time
 // (pg_stat_statements over the timed span of its median run).
 func (r *Report) statementsText() string {
@@ -134,16 +147,24 @@ func (r *Report) statementsText() string {
 		} else if run := res.medianRun(); run != nil {
 			stmts = run.Statements
 		}
-		if len(stmts) == 0 {
-			continue
+		r.statementsOf(&b, res.Scenario, stmts)
+		if res.Load != nil && res.Load.Ceiling != nil {
+			r.statementsOf(&b, SteadyCeilingName(int(res.Load.Ceiling.Rate)), res.Load.Ceiling.Statements)
 		}
-		fmt.Fprintf(&b, "\nstatements of %s [%s database] (pg_stat_statements over the timed span, by total time)\n", res.Scenario, r.DB)
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "CALLS\tTOTAL MS\tROWS\tµs/MSG\tPLANS\tPLAN MS\tQUERY")
-		for _, s := range stmts {
-			fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.2f\t%s\t%.1f\t%s\n", thousands(float64(s.Calls)), s.TotalMs, thousands(float64(s.Rows)), s.MicrosPerMsg, thousands(float64(s.Plans)), s.PlanMs, s.Query)
-		}
-		_ = tw.Flush()
 	}
 	return b.String()
+}
+
+// statementsOf prints one scenario's top statements, if any.
+func (r *Report) statementsOf(b *strings.Builder, name string, stmts []Statement) {
+	if len(stmts) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nstatements of %s [%s database] (pg_stat_statements over the timed span, by total time)\n", name, r.DB)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CALLS\tTOTAL MS\tROWS\tµs/MSG\tPLANS\tPLAN MS\tQUERY")
+	for _, s := range stmts {
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.2f\t%s\t%.1f\t%s\n", thousands(float64(s.Calls)), s.TotalMs, thousands(float64(s.Rows)), s.MicrosPerMsg, thousands(float64(s.Plans)), s.PlanMs, s.Query)
+	}
+	_ = tw.Flush()
 }

@@ -45,7 +45,10 @@ func newBenchCommand(a *app) *cobra.Command {
                   producers committing 10 messages per transaction at the
                   rate, first alone, then with one outbox relay process:
                   commit→receive latency, CPU per process, the PostgreSQL
-                  CPU and statements the relay adds
+                  CPU and statements the relay adds; after steady/key@RATE
+                  comes ceiling/steady@RATE: the same load relayed by the
+                  bare minimum (LISTEN, SELECT, publish, DELETE) in a
+                  process of its own, the floor the targets are held to
   horizon/free@2000, horizon/held@2000
                   steady/key@2000 without, then with one idle transaction
                   holding a transaction ID (the xmin horizon) through the
@@ -124,10 +127,11 @@ the stream to time each message's arrival).`,
 	fs.StringVar(&plotFile, "plot", "", "also draw throughput per scenario and the workers scaling curve into this SVG file")
 	fs.StringVar(&o.BrokerProcess, "broker-process", bench.BrokerNATSServer, "the broker process started without --broker: nats-server (the binary on PATH) or embedded (the NATS server this binary embeds)")
 	fs.StringVar(&o.SteadyConsumer, "steady-consumer", bench.ConsumerDurable, "the JetStream consumer the steady/ORDERING@RATE scenarios receive with: durable (pull, explicit acks) or ordered (ephemeral)")
-	fs.StringVar(&o.RelayProfile, "relay-cpuprofile", "", "run the steady/ORDERING@RATE scenarios' relay with --pprof and write its CPU profile over the measured span to PREFIX-SCENARIO.pprof")
+	fs.StringVar(&o.RelayProfile, "relay-cpuprofile", "", "run the steady/ORDERING@RATE scenarios' relay with --pprof and write its CPU profile over the measured span to PREFIX-SCENARIO.pprof (and the ceiling/steady@RATE process's, its whole run, to PREFIX-ceiling-steady-RATE.pprof)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file; samples are labelled scenario=NAME and phase=timed|untimed (go tool pprof -top -tagfocus=phase=timed FILE)")
 
 	cmd.AddCommand(newBenchBrokerCommand(a))
+	cmd.AddCommand(newBenchCeilingCommand(a))
 	cmd.RunE = a.run(func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		o.Logger = a.log
 		o.Notices = a.env.Stderr
