@@ -137,6 +137,7 @@ type handing[Req, Res any] struct {
 	expect int
 	full   chan struct{}
 	run    func(ctx context.Context, reqs []Req) []Res
+	pool   *goPool // leaders run on its goroutines (nil: new ones)
 }
 
 type handed[Req, Res any] struct {
@@ -171,7 +172,7 @@ func (c *handing[Req, Res]) submit(ctx context.Context, cancel context.CancelFun
 	}
 	c.mu.Unlock()
 	if leading {
-		go c.lead(ctx, gather, full)
+		c.pool.run(func() { c.lead(ctx, gather, full) })
 	}
 }
 
@@ -250,7 +251,7 @@ const coalescedCallsMax = 2
 
 func newStoreCalls(r *Relay) *storeCalls {
 	sc := &storeCalls{}
-	sc.fetch = handing[fetchCall, fetchOut]{max: coalescedCallsMax, run: r.fetchMerged}
+	sc.fetch = handing[fetchCall, fetchOut]{max: coalescedCallsMax, run: r.fetchMerged, pool: r.pool}
 	sc.settle = coalescer[[]Settlement, settleOut]{max: coalescedCallsMax, run: r.settleMerged}
 	return sc
 }

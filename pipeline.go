@@ -588,11 +588,12 @@ func (p *pipeline) build(now time.Time) [][]*Record {
 	return splitRuns(recs, parts, cfg.BatchSize)
 }
 
-// launch publishes batch in its own goroutine; the result comes back as an
-// event. The publish must end by deadline, fixed when the batch was built
-// (build took it from leases valid for a publish from then): a goroutine
-// that starts late, after the deadline or after the relay was killed, does
-// not publish at all, so no publish runs on a lost lease.
+// launch publishes batch in a goroutine of the relay's pool; the result
+// comes back as an event. The publish must end by deadline, fixed when the
+// batch was built (build took it from leases valid for a publish from
+// then): a goroutine that starts late, after the deadline or after the
+// relay was killed, does not publish at all, so no publish runs on a lost
+// lease.
 func (p *pipeline) launch(killCtx context.Context, batch []*Record, deadline time.Time) {
 	p.inflight++
 	p.inflightN += len(batch)
@@ -600,7 +601,7 @@ func (p *pipeline) launch(killCtx context.Context, batch []*Record, deadline tim
 	for i, rec := range batch {
 		msgs[i] = &rec.Message
 	}
-	go func() {
+	p.r.pool.run(func() {
 		ctx, cancel := context.WithDeadline(killCtx, deadline)
 		defer cancel()
 		start := time.Now()
@@ -611,7 +612,7 @@ func (p *pipeline) launch(killCtx context.Context, batch []*Record, deadline tim
 			errs = p.r.publish(ctx, batch, msgs)
 		}
 		p.events <- publishResult{recs: batch, errs: errs, took: time.Since(start)}
-	}()
+	})
 }
 
 // errNotAttempted is the result of a publish that never started: the

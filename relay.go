@@ -47,6 +47,7 @@ type Relay struct {
 	done    chan struct{}
 	runErr  error // what ended the relay, if anything went wrong; under mu
 	workers []*worker
+	pool    *goPool         // publishes and fetch rounds run on its goroutines
 	wakes   []chan struct{} // one per worker
 	// fetchAll[i] asks worker i to fetch all its partitions; dirty[p] asks
 	// p's worker to fetch p, and dirtied[i] tells worker i that one of its
@@ -143,6 +144,7 @@ func NewRelay(store Source, pub Publisher, cfg Config) (*Relay, error) {
 	}
 	r.dests = newDestinations(r.log, r.emit, cfg.PublishTimeout)
 	r.caps = caps
+	r.pool = newGoPool()
 	r.calls = newStoreCalls(r)
 	return r, nil
 }
@@ -294,6 +296,7 @@ func (r *Relay) beat() { r.lastBeat.Store(time.Now().UnixNano()) }
 // coordinator (key mode), the notifier and the cleaner, and waits for them.
 func (r *Relay) run(workCtx, killCtx context.Context) {
 	defer close(r.done)
+	defer r.pool.stop()
 	var wg sync.WaitGroup
 	r.wakes = make([]chan struct{}, r.cfg.Workers)
 	for i := range r.wakes {
