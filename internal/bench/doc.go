@@ -34,9 +34,12 @@
 //     process is stopped with SIGTERM (untimed) and must exit 0. Its
 //     fetches, publishes and settles come from the same /metrics.
 //   - relays/1, relays/2, relays/3: 1, 2 or 3 `outbox relay` processes
-//     (ordering key) started together on one backlog, with each
-//     process's share of the messages published (its /metrics); the
-//     ratio to relays/1 shows whether more relays mean slower.
+//     (ordering key) draining one backlog, with each process's share of
+//     the messages published (its /metrics); the ratio to relays/1 shows
+//     whether more relays mean slower. The processes start on an empty
+//     outbox and are waited for until they share the partitions; the
+//     backlog is then committed in one transaction and the timing starts
+//     at its commit: what N running relays cost, not N start-ups.
 //   - relay/wal: ours on the WAL capture (store/postgres CaptureWAL): the
 //     backlog is emitted into the WAL (pg_logical_emit_message, untimed)
 //     after the bench's slot was created; the relay reads the slot

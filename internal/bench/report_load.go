@@ -37,7 +37,7 @@ func (r *Report) relaysTable() (string, []string) {
 	var failures []string
 	one := r.Result(RelaysName(1))
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nrelay processes [%s database]: N `outbox relay` processes (ordering key, %d workers each) started together on one backlog; share of the messages each published (its /metrics), median run\n", r.DB, rows[0].Workers)
+	fmt.Fprintf(&b, "\nrelay processes [%s database]: N `outbox relay` processes (ordering key, %d workers each) running when one backlog commits (started on an empty outbox, waited for until they share the partitions; timed from the commit); share of the messages each published (its /metrics), median run\n", r.DB, rows[0].Workers)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tMESSAGES\tMSGS/S (MEDIAN)\tMIN–MAX\t× RELAYS/1\tSHARES\tCPU µs/MSG PG\tBROKER\tRELAYS")
 	for _, res := range rows {

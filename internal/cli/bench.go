@@ -38,6 +38,7 @@ func newBenchCommand(a *app) *cobra.Command {
   ceiling/broker  the same messages published with confirmations, no store
   scaling/w1…w8   relay/key with 1, 2, 4, 8 workers on 10,000 messages, next to the ADR's figures
   relays/1…3      1, 2, 3 outbox relay processes (ordering key) draining one backlog
+                  committed once they run and share the partitions (timed from its commit)
   writer/table-tx1, writer/wal-tx1, writer/table-tx10, writer/wal-tx10
                   8 producers alone writing transactions of 1 or 10 messages
                   into the table or into the WAL (50,000 messages at most)
