@@ -162,7 +162,10 @@ func (c *handing[Req, Res]) submit(ctx context.Context, cancel context.CancelFun
 	if leading {
 		c.running++
 		c.gathering = true // until it takes the pending calls
-		if gather > 0 && expect > 1 {
+		switch {
+		case gather > 0 && expect > 1 && len(c.pending) >= expect:
+			gather = 0 // the calls it would wait for are here already
+		case gather > 0 && expect > 1:
 			full = make(chan struct{})
 			c.expect, c.full = expect, full
 		}
