@@ -187,6 +187,9 @@ type sending struct {
 	awaiting []bool // produced or waiting for its turn, no result yet
 	sent     []bool // produced
 	next     runs   // the next message of each one's key and topic (see chain)
+	// again counts, per message, the times it was produced again after
+	// another call's cancellation failed it (see othersCancellation).
+	again []uint8
 }
 
 // send produces the messages without an error yet, except those waiting
@@ -199,6 +202,7 @@ func (p *Publisher) send(ctx context.Context, msgs []*outbox.Message, topics []s
 		awaiting: make([]bool, len(msgs)),
 		sent:     make([]bool, len(msgs)),
 		next:     chain(msgs, topics, errs),
+		again:    make([]uint8, len(msgs)),
 	}
 	for i := range msgs {
 		if errs[i] != nil {
@@ -231,6 +235,16 @@ func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, topics []
 		}
 	}
 	settle := func(r produced) {
+		if othersCancellation(ctx, r.err) && s.again[r.index] < producedAgainMax {
+			// Not this call's failure: franz-go failed the record with the
+			// buffered records of a call cancelled before it, in the same
+			// partition. Produced again, still first of its key in this
+			// call (the next waits for its acknowledgement), so the key's
+			// order holds.
+			s.again[r.index]++
+			p.produce(ctx, s, r.index, topics[r.index], msgs[r.index])
+			return
+		}
 		errs[r.index] = p.classify(ctx, topics[r.index], msgs[r.index], r.err)
 		s.awaiting[r.index] = false
 		pending--
@@ -274,6 +288,18 @@ func (p *Publisher) await(ctx context.Context, msgs []*outbox.Message, topics []
 			return
 		}
 	}
+}
+
+// producedAgainMax bounds how many times one Publish call produces a
+// message again after other calls' cancellations failed it.
+const producedAgainMax = 3
+
+// othersCancellation reports whether err failed a record of a call whose
+// own ctx is live: franz-go fails a partition's buffered records together,
+// by the context of the first, so a cancelled call takes the records that
+// other calls buffered behind its own with it.
+func othersCancellation(ctx context.Context, err error) bool {
+	return (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() == nil
 }
 
 // record builds the Kafka record for m.
@@ -327,7 +353,7 @@ func (p *Publisher) classify(ctx context.Context, topic string, m *outbox.Messag
 		return outbox.Blocked(m.Topic, fmt.Errorf("kafka: produce to topic %q: not acknowledged within DeliveryTimeout (%v): are the brokers reachable, and the topic's partitions led? %w", topic, p.opts.DeliveryTimeout, err))
 	case errors.As(err, &ke) && ke.Retriable:
 		return outbox.Blocked(m.Topic, fmt.Errorf("kafka: produce to topic %q: %w", topic, err))
-	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() == nil:
+	case othersCancellation(ctx, err):
 		// franz-go fails a partition's buffered records together, by the
 		// context of the first: another call's cancellation.
 		return fmt.Errorf("kafka: produce to topic %q: failed with the records of a cancelled call sharing its partition's buffer: %w", topic, err)

@@ -195,15 +195,25 @@ func (b *broker) waitPublished(t *testing.T, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for ctx.Err() == nil {
-		batch, err := c.Fetch(100, jetstream.FetchMaxWait(time.Second))
+	found := func() bool {
+		// Its own context: returning before the batch is complete ends
+		// the fetch's goroutine (a goroutine leak at the end otherwise).
+		fctx, fcancel := context.WithTimeout(ctx, time.Second)
+		defer fcancel()
+		batch, err := c.Fetch(100, jetstream.FetchContext(fctx))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for m := range batch.Messages() {
 			if m.Headers().Get("Nats-Msg-Id") == id {
-				return
+				return true
 			}
+		}
+		return false
+	}
+	for ctx.Err() == nil {
+		if found() {
+			return
 		}
 	}
 	t.Fatalf("message %s was not published within %v", id, waitFor)
