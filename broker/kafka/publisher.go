@@ -154,6 +154,12 @@ type produced struct {
 // the other, each once the one before it is acknowledged; when one fails,
 // the later ones are not produced (a retryable error). See chain.
 //
+// franz-go fails a partition's buffered records together, by the context
+// of the first: a call cancelled while its records wait in the buffer
+// takes with it the records other calls buffered behind them. A call whose
+// own ctx is live produces such a message again, up to three times
+// (still first of its key in the call, so the key's order holds).
+//
 // Publish may be called concurrently. It does not retain msgs.
 func (p *Publisher) Publish(ctx context.Context, msgs []*outbox.Message) []error {
 	return p.gate.Do(ctx, len(msgs), func(ctx context.Context, errs []error) {
