@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/outbox"
@@ -89,6 +90,30 @@ func (s *WALStore) loadParked(ctx context.Context, p int) (walParked, int64, err
 		return park, 0, wrapErr("read the parked messages", s.opts, err)
 	}
 	return park, top, nil
+}
+
+// dropRestreamed deletes the parked rows of transactions the slot, taken
+// at confirmed, streams again: a holder that parked messages (rows
+// written, then settled in its buffer) and stopped or crashed before its
+// confirmed position passed them. PostgreSQL decodes again every
+// transaction whose commit record starts past the confirmed position
+// (the rows' commit_lsn is that start: BEGIN's FinalLSN), so the stream
+// brings these messages back; kept, each would be read twice (from the
+// table and from the WAL, with a new Seq), and once settled through its
+// WAL copy its row would stay parked for good. Rows at or below the
+// position were confirmed and stay. (Strictly past it: a confirmed
+// position is the end of a transaction or a record boundary, never the
+// start of a commit record still to be streamed.)
+func (s *WALStore) dropRestreamed(ctx context.Context, confirmed pglogrepl.LSN) error {
+	tag, err := s.tab.pool.Exec(ctx, `DELETE FROM `+s.tab.n.parked+` WHERE commit_lsn > $1`, int64(confirmed))
+	if err != nil {
+		return wrapErr("drop the parked copies of what the slot streams again", s.opts, err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		s.logger().Info("dropped parked messages the replication slot streams again (their holder stopped before confirming past them)",
+			"slot", s.w.Slot, "dropped", n, "confirmed", confirmed, "table", s.tab.n.parked)
+	}
+	return nil
 }
 
 // parkStale parks every message held, once the buffer has been full with

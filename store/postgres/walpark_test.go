@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/outboxrelay/outbox"
 	"github.com/outboxrelay/outbox/brokertest"
 	"github.com/outboxrelay/outbox/internal/relaytest"
@@ -158,4 +160,46 @@ func TestWALParkedMessagesSurviveARestart(t *testing.T) {
 	relaytest.WaitFor(t, "everything published by the next relay", time.Minute, func() bool { return sidetest.AllIn(ch, append(first, later...)) })
 	sidetest.Verify(t, captureSides[2], ch, true)
 	relaytest.WaitFor(t, "the parked table emptied", time.Minute, func() bool { return parkedRows(t, b2) == 0 })
+}
+
+// Parked copies of messages the slot streams again are dropped when the
+// slot is taken: a holder that parked messages and stopped (or crashed)
+// before its confirmed position passed them leaves rows whose commit
+// LSN is past the slot's confirmed position, and the slot streams those
+// transactions again. Kept, each message would be read twice (from the
+// table and from the WAL, with new Seqs) and, settled through its WAL
+// copy, its parked row stayed forever (CI once: "waiting for the parked
+// table emptied"). Here the copies are made by hand: the messages are
+// written, never streamed, and parked with a commit LSN past the slot's
+// position. Every message is published once, and the table empties.
+func TestWALParkedCopiesOfWhatTheSlotStreamsAgainAreDropped(t *testing.T) {
+	t.Parallel()
+	b := setupWAL(t, parkOptions())
+	ch := brokertest.NewChecker()
+	var confirmed int64
+	if err := b.store.Pool().QueryRow(b.ctx, `SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1`, b.store.w.Slot).Scan(&confirmed); err != nil {
+		t.Fatal(err)
+	}
+	ids := parkWrite(t, b, ch, "t", 5, 30)
+	p, err := b.store.Partitions(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []deadRow
+	for i, id := range ids {
+		key := fmt.Sprint("k", i%5)
+		rows = append(rows, deadRow{
+			rec:       outbox.Record{Message: outbox.Message{ID: id, Topic: "t", Key: key, Payload: []byte("p"), CreatedAt: time.Now()}, Partition: outbox.PartitionOf(key, p), Seq: int64(i + 1)},
+			commitLSN: pglogrepl.LSN(confirmed + 1),
+		})
+	}
+	if err := b.store.insertParked(b.ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	pub := sidetest.NewBroker(ch)
+	startRelay(t, b.store, pub, sidetest.Config("a"))
+	b.streaming(t)
+	relaytest.WaitFor(t, "everything published", time.Minute, func() bool { return sidetest.AllIn(ch, ids) })
+	relaytest.WaitFor(t, "the parked table emptied", time.Minute, func() bool { return parkedRows(t, b) == 0 })
+	sidetest.Verify(t, captureSides[2], ch, true)
 }

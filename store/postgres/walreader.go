@@ -249,6 +249,11 @@ func (s *WALStore) stream(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("postgres: slot %q: confirmed_flush_lsn %q: %w", s.w.Slot, confirmed, err)
 	}
+	// Parked copies of what the slot streams again are duplicates: drop
+	// them, the stream brings the messages back.
+	if err := s.dropRestreamed(ctx, start); err != nil {
+		return err
+	}
 	// What is parked comes before what the slot streams from start: the
 	// Seqs given from now on follow the highest parked one.
 	park, parkedSeq, err := s.loadParked(ctx, p)
